@@ -1,0 +1,116 @@
+import Foundation
+
+/// An `Operation` whose work finishes later, on another thread.
+///
+/// `start()`, `cancel()` and `finish()` are `final`; a subclass overrides ``execute()`` to begin its work,
+/// calls ``finish()`` when it is done, and may override ``didCancel()``.
+///
+/// One lock guards all state, including a subclass's (through ``withLock(_:)``). The `isExecuting` and
+/// `isFinished` KVO notifications are always sent outside that lock: on Linux `didChangeValue(forKey:)`
+/// re-reads those properties at once, which would deadlock inside it.
+open class AsyncOperation: Operation, @unchecked Sendable {
+    private enum State {
+        case pending
+        /// `start()` has claimed the operation and is sending the `isExecuting` notifications.
+        case starting
+        case executing
+        /// `finish()` has claimed the operation and is sending the `isFinished` notifications.
+        case finishing
+        case finished
+    }
+
+    private let lock = NSLock()
+    private var state = State.pending
+    /// `finish()` arrived before `start()` had made the operation executing; `start()` finishes instead of executing.
+    private var finishRequested = false
+
+    /// Creates a pending operation.
+    public override init() {
+        super.init()
+    }
+
+    /// Runs `body` while holding the operation's lock. Do not read `isExecuting`, `isFinished`,
+    /// or call `finish()` inside `body`: the lock is not recursive.
+    public final func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    /// Always `true`.
+    public final override var isAsynchronous: Bool { true }
+
+    /// `true` from the end of `start()` until `finish()` completes.
+    public final override var isExecuting: Bool {
+        withLock { state == .executing || state == .finishing }
+    }
+
+    /// `true` once `finish()` has completed.
+    public final override var isFinished: Bool {
+        withLock { state == .finished }
+    }
+
+    /// Makes the operation executing and calls ``execute()``, or finishes at once if ``finish()`` was
+    /// already called (for example by a cancellation before start). Later calls do nothing.
+    public final override func start() {
+        let claimed: Bool = withLock {
+            guard state == .pending else { return false }
+            state = .starting
+            return true
+        }
+        guard claimed else { return }
+
+        willChangeValue(forKey: "isExecuting")
+        let finishAtOnce: Bool = withLock {
+            state = .executing
+            return finishRequested
+        }
+        didChangeValue(forKey: "isExecuting")
+
+        if finishAtOnce {
+            finish()
+        } else {
+            execute()
+        }
+    }
+
+    /// Begins the operation's work. Called once, from `start()`, unless the operation finished first.
+    /// The default finishes at once.
+    open func execute() {
+        finish()
+    }
+
+    /// Marks the operation finished. Idempotent. Before `start()` it only records the request,
+    /// because an `Operation` must not report finished before its queue has started it.
+    public final func finish() {
+        let claimed: Bool = withLock {
+            switch state {
+            case .pending, .starting:
+                finishRequested = true
+                return false
+            case .executing:
+                state = .finishing
+                return true
+            case .finishing, .finished:
+                return false
+            }
+        }
+        guard claimed else { return }
+
+        willChangeValue(forKey: "isExecuting")
+        willChangeValue(forKey: "isFinished")
+        withLock { state = .finished }
+        didChangeValue(forKey: "isFinished")
+        didChangeValue(forKey: "isExecuting")
+    }
+
+    /// Marks the operation cancelled and calls ``didCancel()``. Does nothing once the operation has finished.
+    public final override func cancel() {
+        guard !isFinished else { return }
+        super.cancel()
+        didCancel()
+    }
+
+    /// Called after each effective `cancel()`, on the cancelling thread. The default does nothing.
+    open func didCancel() {}
+}

@@ -1,0 +1,53 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// A typed unit of work: what it produces on success, what it fails with, and a name.
+public protocol Request {
+    /// The value delivered when the request succeeds.
+    associatedtype Success
+    /// The error delivered when the request fails. Every error passes through ``mapError(_:)`` first.
+    associatedtype Failure: Error
+
+    /// The result handed to a completion handler.
+    typealias ResultType = Swift.Result<Success, Failure>
+    /// A completion handler for this request.
+    typealias CompletionType = (ResultType) -> Void
+
+    /// Names the request. Two requests of the same type with the same identifier are the same request
+    /// (see ``RequestQueue/requestCurrentlyExecuting(_:)``).
+    var identifier: String { get }
+
+    /// Turns any error met while running the request (transport, status, decoding, ``RequestQueueError/cancelled``)
+    /// into this request's `Failure`.
+    func mapError(_ error: Error) -> Failure
+}
+
+extension Request where Failure == Error {
+    /// Passes the error through unchanged.
+    public func mapError(_ error: Error) -> Failure {
+        error
+    }
+}
+
+/// A request that is sent over HTTP with `URLSession`.
+public protocol NetworkRequest: Request {
+    /// Status codes that count as success; any other code fails with ``RequestQueueError/invalidStatusCode(statusCode:response:body:)``.
+    /// Default: `200..<300`.
+    var validHTTPStatusCodes: [Int] { get }
+
+    /// Builds the `URLRequest` to send. Call `completion` once; later calls are ignored.
+    /// A `.failure` fails the request with that error and nothing is sent.
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void)
+}
+
+/// Every 2xx code, built once because `validHTTPStatusCodes` is read on every response.
+let successfulHTTPStatusCodes = Array(200..<300)
+
+extension NetworkRequest {
+    /// `200..<300`.
+    public var validHTTPStatusCodes: [Int] {
+        successfulHTTPStatusCodes
+    }
+}

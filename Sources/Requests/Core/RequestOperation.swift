@@ -1,0 +1,118 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// An operation that produces one typed `Result` and hands it to a completion handler exactly once.
+///
+/// Whichever comes first wins: the work's outcome or a cancellation. The completion handler runs on
+/// ``completionQueue`` and **returns before the operation finishes**, so operations that depend on this
+/// one see its effects. The result stays readable in ``result`` afterwards.
+open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked Sendable {
+    /// A completion handler.
+    public typealias Completion = (Result<Success, Failure>) -> Void
+
+    /// Where the completion handler runs. `nil` runs it on the thread that produced the outcome
+    /// (the session's delegate queue for a response), or on a global queue after a cancellation,
+    /// so that user code never runs inside `cancel()`.
+    public let completionQueue: DispatchQueue?
+
+    // All guarded by the lock of `AsyncOperation`.
+    private var completion: Completion?
+    private var mapError: ((Error) -> Failure)?
+    private var isCompleted = false
+    private var storedResult: Result<Success, Failure>?
+    /// Set by the queue that runs the operation, so that it can be found by identifier until it completes.
+    var registryKey: RequestRegistry.Key?
+
+    /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
+    public init(
+        completionQueue: DispatchQueue?,
+        mapError: @escaping (Error) -> Failure,
+        completion: Completion?
+    ) {
+        self.completionQueue = completionQueue
+        self.mapError = mapError
+        self.completion = completion
+        super.init()
+    }
+
+    /// The result, once the operation has one. Set before the completion handler runs and kept after finish.
+    public var result: Result<Success, Failure>? {
+        withLock { storedResult }
+    }
+
+    /// Completes the operation with `outcome`, unless it has already completed (for example because it was
+    /// cancelled). Errors are mapped with the request's `mapError`; `URLError.cancelled` becomes
+    /// ``RequestQueueError/cancelled``. Returns whether this call completed the operation.
+    @discardableResult
+    public final func complete(with outcome: Result<Success, Error>) -> Bool {
+        complete(with: outcome, fromCancel: false)
+    }
+
+    /// Runs `body` under the lock if the operation has not completed yet; returns `nil` if it has.
+    final func ifNotCompleted<T>(_ body: () -> T) -> T? {
+        withLock { isCompleted ? nil : body() }
+    }
+
+    /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first.
+    public final override func didCancel() {
+        complete(with: .failure(RequestQueueError.cancelled), fromCancel: true)
+    }
+
+    /// Stops work in progress when a cancellation has won. Called before the completion is scheduled,
+    /// so the work is still there to stop. The default does nothing.
+    open func cancelWork() {}
+
+    /// Drops what the work held (request, task). Called after the completion handler has returned,
+    /// just before the operation finishes. The default does nothing.
+    open func releaseResources() {}
+
+    @discardableResult
+    private func complete(with outcome: Result<Success, Error>, fromCancel: Bool) -> Bool {
+        let claimed: ((Error) -> Failure)? = withLock {
+            guard !isCompleted else { return nil }
+            isCompleted = true
+            return mapError
+        }
+        guard let mapError = claimed else { return false }
+        if fromCancel {
+            cancelWork()
+        }
+
+        let result = outcome.mapError { error in
+            mapError((error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error)
+        }
+        let key: RequestRegistry.Key? = withLock {
+            storedResult = result
+            defer { registryKey = nil }
+            return registryKey
+        }
+        // Unregister before the handler runs, so a request added from inside it is not taken for this one.
+        if let key { RequestRegistry.shared.remove(self, for: key) }
+
+        if let completionQueue {
+            completionQueue.async { self.runCompletionAndFinish() }
+        } else if fromCancel {
+            DispatchQueue.global().async { self.runCompletionAndFinish() }
+        } else {
+            runCompletionAndFinish()
+        }
+        return true
+    }
+
+    private func runCompletionAndFinish() {
+        let (completion, result): (Completion?, Result<Success, Failure>?) = withLock {
+            defer {
+                self.completion = nil
+                self.mapError = nil
+            }
+            return (self.completion, storedResult)
+        }
+        if let completion, let result {
+            completion(result)
+        }
+        releaseResources()
+        finish()
+    }
+}

@@ -1,0 +1,49 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The errors Requests itself produces. Transport errors (`URLError`), errors thrown by `processData`
+/// and errors passed to `makeURLRequest`'s completion are delivered unchanged.
+public enum RequestQueueError: Error, CustomStringConvertible {
+    /// The response had no body where one is required (for example a ``DecodableRequest`` answered with 204).
+    case didNotReceiveData
+    /// The status code is not in `validHTTPStatusCodes`. Carries the response and the body, so the
+    /// server's error payload can be decoded.
+    case invalidStatusCode(statusCode: Int, response: HTTPURLResponse, body: Data)
+    /// A ``NoContentRequest`` with `shouldEnforceNoContent` received a body.
+    case nonEmptyData
+    /// The response was not an `HTTPURLResponse` (for example a `file:` URL), so its status cannot be validated.
+    case nonHTTPResponse(URLResponse?)
+    /// The operation was cancelled before it produced a result. `URLError.cancelled` from the session is
+    /// reported as this too, so there is one thing to check.
+    case cancelled
+
+    /// Describes the error; for a status error it names the code.
+    public var description: String {
+        switch self {
+        case .didNotReceiveData:
+            return "The response had no body."
+        case let .invalidStatusCode(statusCode, _, body):
+            return "Invalid HTTP status code \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode))), body of \(body.count) bytes."
+        case .nonEmptyData:
+            return "A no-content request received a response body."
+        case let .nonHTTPResponse(response):
+            return "The response is not an HTTP response: \(response.map { String(describing: type(of: $0)) } ?? "none")."
+        case .cancelled:
+            return "The request was cancelled."
+        }
+    }
+
+    /// The HTTP status code, for ``invalidStatusCode(statusCode:response:body:)``.
+    public var statusCode: Int? {
+        if case let .invalidStatusCode(statusCode, _, _) = self { return statusCode }
+        return nil
+    }
+
+    /// The response body, for ``invalidStatusCode(statusCode:response:body:)``.
+    public var responseBody: Data? {
+        if case let .invalidStatusCode(_, _, body) = self { return body }
+        return nil
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+
+/// A fully received HTTP request, as handed to a route handler.
+public struct LoopbackRequest: Sendable {
+    /// The request method as sent, for example `GET` or `POST`.
+    public let method: String
+    /// The request path without the query string, not percent-decoded (for example `/echo`).
+    public let path: String
+    /// The query parameters, percent-decoded (`+` is left as is). A repeated name keeps its last value.
+    public let query: [String: String]
+    /// The request headers with lowercased names. Repeated headers are joined with `", "`.
+    public let headers: [String: String]
+    /// The request body, already de-chunked.
+    public let body: Data
+
+    /// Creates a request value (useful to unit-test a handler without a socket).
+    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: Data = Data()) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// What the server sends back for one request.
+public struct LoopbackResponse: Sendable {
+    /// A deliberate misbehaviour, to test how clients cope with broken servers.
+    public enum Fault: Sendable, Equatable {
+        /// Send the status line and headers with the full `Content-Length`, then only the first half of the body, then close.
+        case closeMidBody
+        /// Send nothing; keep the connection open until the client closes it or the server stops.
+        case neverRespond
+    }
+
+    /// The HTTP status code.
+    public var status: Int
+    /// Extra response headers. `Content-Length` is always computed by the server; a `Connection` header here replaces the default one.
+    public var headers: [String: String]
+    /// The response body.
+    public var body: Data
+    /// How long to wait before responding. The wait ends early if the client disconnects or the server stops.
+    public var delayMilliseconds: Int
+    /// An optional deliberate misbehaviour.
+    public var fault: Fault?
+
+    /// Creates a response; by default an empty `200`.
+    public init(status: Int = 200, headers: [String: String] = [:], body: Data = Data(), delayMilliseconds: Int = 0, fault: Fault? = nil) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.delayMilliseconds = delayMilliseconds
+        self.fault = fault
+    }
+
+    /// A response with `Content-Type: application/json; charset=utf-8` and the given JSON text as body.
+    public static func json(_ jsonText: String, status: Int = 200) -> LoopbackResponse {
+        LoopbackResponse(status: status, headers: ["Content-Type": "application/json; charset=utf-8"], body: Data(jsonText.utf8))
+    }
+
+    /// A response with `Content-Type: text/plain; charset=utf-8` and the given text as body.
+    public static func text(_ text: String, status: Int = 200) -> LoopbackResponse {
+        LoopbackResponse(status: status, headers: ["Content-Type": "text/plain; charset=utf-8"], body: Data(text.utf8))
+    }
+
+    /// The standard reason phrase for a status code, or `"Unknown"`.
+    public static func reasonPhrase(for status: Int) -> String {
+        reasonPhrases[status] ?? "Unknown"
+    }
+
+    /// Whether a response with this status carries neither a body nor a `Content-Length` (1xx, 204, 304).
+    static func statusHasNoBody(_ status: Int) -> Bool {
+        (100..<200).contains(status) || status == 204 || status == 304
+    }
+
+    private static let reasonPhrases: [Int: String] = [
+        100: "Continue", 101: "Switching Protocols", 102: "Processing", 103: "Early Hints",
+        200: "OK", 201: "Created", 202: "Accepted", 203: "Non-Authoritative Information", 204: "No Content",
+        205: "Reset Content", 206: "Partial Content", 207: "Multi-Status", 208: "Already Reported", 226: "IM Used",
+        300: "Multiple Choices", 301: "Moved Permanently", 302: "Found", 303: "See Other", 304: "Not Modified",
+        305: "Use Proxy", 307: "Temporary Redirect", 308: "Permanent Redirect",
+        400: "Bad Request", 401: "Unauthorized", 402: "Payment Required", 403: "Forbidden", 404: "Not Found",
+        405: "Method Not Allowed", 406: "Not Acceptable", 407: "Proxy Authentication Required", 408: "Request Timeout",
+        409: "Conflict", 410: "Gone", 411: "Length Required", 412: "Precondition Failed", 413: "Content Too Large",
+        414: "URI Too Long", 415: "Unsupported Media Type", 416: "Range Not Satisfiable", 417: "Expectation Failed",
+        418: "I'm a teapot", 421: "Misdirected Request", 422: "Unprocessable Content", 423: "Locked",
+        424: "Failed Dependency", 425: "Too Early", 426: "Upgrade Required", 428: "Precondition Required",
+        429: "Too Many Requests", 431: "Request Header Fields Too Large", 451: "Unavailable For Legal Reasons",
+        500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
+        504: "Gateway Timeout", 505: "HTTP Version Not Supported", 506: "Variant Also Negotiates",
+        507: "Insufficient Storage", 508: "Loop Detected", 510: "Not Extended", 511: "Network Authentication Required",
+    ]
+}
+
+/// What a route produces: an in-memory response, or a body streamed on the fly.
+enum Reply {
+    case response(LoopbackResponse)
+    /// `count` bytes where byte `i` is `UInt8(i % 256)`, generated in chunks.
+    case bytes(count: Int)
+}
+
+/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/fault/...`).
+enum BuiltinRoutes {
+    static let recipeJSON = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
+
+    static func reply(for request: LoopbackRequest) -> Reply {
+        let path = request.path
+        switch path {
+        case "/json":
+            return .response(.json(recipeJSON))
+        case "/echo":
+            return .response(echo(request))
+        case "/fault/close-mid-body":
+            let items = (0..<100).map { "\"item-\($0)\"" }.joined(separator: ",")
+            var response = LoopbackResponse.json(#"{"items":[\#(items)]}"#)
+            response.fault = .closeMidBody
+            return .response(response)
+        case "/fault/never-respond":
+            return .response(LoopbackResponse(fault: .neverRespond))
+        default:
+            break
+        }
+        if let n = number(after: "/status/", in: path) {
+            guard (100...599).contains(n) else { return .response(badRequest) }
+            if LoopbackResponse.statusHasNoBody(n) { return .response(LoopbackResponse(status: n)) }
+            let reason = LoopbackResponse.reasonPhrase(for: n)
+            return .response(.json(#"{"status":\#(n),"error":"\#(reason)"}"#, status: n))
+        }
+        if let n = number(after: "/delay/", in: path) {
+            guard n >= 0 else { return .response(badRequest) }
+            var response = LoopbackResponse.json(#"{"delayMs":\#(n)}"#)
+            response.delayMilliseconds = n
+            return .response(response)
+        }
+        if let n = number(after: "/bytes/", in: path) {
+            return n >= 0 ? .bytes(count: n) : .response(badRequest)
+        }
+        return .response(.json(#"{"error":"not found"}"#, status: 404))
+    }
+
+    static let badRequest = LoopbackResponse.json(#"{"error":"bad request"}"#, status: 400)
+
+    /// For a path with `prefix`, the integer after it, or `-1` if that is not a number; `nil` without the prefix.
+    private static func number(after prefix: String, in path: String) -> Int? {
+        guard path.hasPrefix(prefix) else { return nil }
+        let rest = path.dropFirst(prefix.count)
+        guard !rest.isEmpty, rest.allSatisfy({ $0.isASCII && $0.isNumber }), let n = Int(rest) else { return -1 }
+        return n
+    }
+
+    private static func echo(_ request: LoopbackRequest) -> LoopbackResponse {
+        let object: [String: Any] = [
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "headers": request.headers,
+            "body": String(decoding: request.body, as: UTF8.self),
+            "bodyLength": request.body.count,
+        ]
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+            return .json(#"{"error":"could not encode echo"}"#, status: 500)
+        }
+        return LoopbackResponse(status: 200, headers: ["Content-Type": "application/json; charset=utf-8"], body: data)
+    }
+}

@@ -1,0 +1,332 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A small, dependency-free HTTP/1.1 server on 127.0.0.1 for tests.
+///
+/// It binds an ephemeral port, serves each connection on its own thread with keep-alive,
+/// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`,
+/// `/fault/close-mid-body`, `/fault/never-respond`) and custom ones via ``route(_:handler:)``.
+/// Any route accepts a `delay=N` query parameter (milliseconds).
+public final class LoopbackServer: @unchecked Sendable {
+    /// A failed socket call while starting the server.
+    public struct Error: Swift.Error, Sendable, Equatable, CustomStringConvertible {
+        /// The name of the failing call, for example `"bind"`.
+        public let syscall: String
+        /// The `errno` value it left.
+        public let errno: Int32
+
+        /// A readable description, for example `bind failed: Address already in use (errno 98)`.
+        public var description: String {
+            "\(syscall) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+        }
+    }
+
+    /// The TCP port the server listens on.
+    public let port: UInt16
+
+    /// `http://127.0.0.1:PORT`.
+    public let baseURL: URL
+
+    private let core: ServerCore
+
+    /// Binds 127.0.0.1 on an ephemeral port (port 0) and starts accepting.
+    /// Throws ``LoopbackServer/Error`` if `socket`, `bind`, `getsockname` or `listen` fail.
+    public init() throws {
+        let fd = socket(AF_INET, Sys.streamType, 0)
+        guard fd >= 0 else { throw Error(syscall: "socket", errno: errno) }
+        Sys.setOption(fd, SOL_SOCKET, SO_REUSEADDR)
+
+        var address = sockaddr_in()
+        #if canImport(Darwin)
+        address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
+        #endif
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = in_addr_t(0x7f00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0 else { throw Self.failure("bind", closing: fd) }
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { throw Self.failure("getsockname", closing: fd) }
+        guard listen(fd, 1024) == 0 else { throw Self.failure("listen", closing: fd) }
+
+        port = UInt16(bigEndian: address.sin_port)
+        baseURL = URL(string: "http://127.0.0.1:\(port)") ?? URL(fileURLWithPath: "/")
+        core = ServerCore(listenFD: fd)
+        core.startAccepting()
+    }
+
+    private static func failure(_ syscall: String, closing fd: Int32) -> Error {
+        let error = Error(syscall: syscall, errno: errno)
+        Sys.close(fd)
+        return error
+    }
+
+    deinit {
+        core.stop()
+    }
+
+    /// The URL for a path with an optional query, for example `url("/delay/50?x=1")`.
+    /// The leading `/` is optional; characters that are not valid in a URL are percent-encoded.
+    public func url(_ pathAndQuery: String) -> URL {
+        let suffix = pathAndQuery.hasPrefix("/") ? pathAndQuery : "/" + pathAndQuery
+        let text = baseURL.absoluteString + suffix
+        if let url = URL(string: text) { return url }
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.insert(charactersIn: "?#")
+        if let encoded = text.addingPercentEncoding(withAllowedCharacters: allowed), let url = URL(string: encoded) {
+            return url
+        }
+        return baseURL
+    }
+
+    /// Closes the listening socket and every open connection, waking threads blocked in `accept`, `recv` or `poll`.
+    /// Idempotent; `deinit` calls it. Connection threads may finish shortly after this returns.
+    public func stop() {
+        core.stop()
+    }
+
+    /// Registers a handler for an exact path (query excluded). Custom routes take precedence over built-ins.
+    /// Thread-safe; may be called while serving. The handler runs on the connection's thread.
+    public func route(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackResponse) {
+        core.withLock { core.routes[path] = handler }
+    }
+
+    /// The number of requests fully received for `path` (query excluded), counted before the handler runs or a delay starts.
+    public func requestCount(path: String) -> Int {
+        core.withLock { core.requestCounts[path] ?? 0 }
+    }
+
+    /// The number of requests fully received on all paths.
+    public var totalRequestCount: Int {
+        core.withLock { core.totalRequests }
+    }
+
+    /// The number of connections currently open.
+    public var openConnectionCount: Int {
+        core.withLock { core.openFDs.count }
+    }
+
+    /// The number of connections accepted since the server started.
+    public var acceptedConnectionCount: Int {
+        core.withLock { core.acceptedConnections }
+    }
+}
+
+/// The state shared by the accept thread and connection threads. Every `var` is guarded by `lock`.
+/// Threads retain this object, so it outlives a `LoopbackServer` that is released while they finish.
+final class ServerCore: @unchecked Sendable {
+    private let lock = NSLock()
+    private let listenFD: Int32
+    private let acceptThreadDone = DispatchSemaphore(value: 0)
+    private var stopped = false
+    var routes: [String: @Sendable (LoopbackRequest) -> LoopbackResponse] = [:]
+    var requestCounts: [String: Int] = [:]
+    var totalRequests = 0
+    var openFDs: Set<Int32> = []
+    var acceptedConnections = 0
+
+    init(listenFD: Int32) {
+        self.listenFD = listenFD
+    }
+
+    func withLock<T>(_ body: () -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body()
+    }
+
+    func startAccepting() {
+        let thread = Thread { [self] in acceptLoop() }
+        thread.name = "LoopbackServer.accept"
+        thread.stackSize = 512 * 1024
+        thread.start()
+    }
+
+    func stop() {
+        let alreadyStopped: Bool = withLock {
+            if stopped { return true }
+            stopped = true
+            // Under the lock, so no connection thread can close (and the OS reuse) one of these fds meanwhile.
+            for fd in openFDs { _ = shutdown(fd, Sys.shutRDWR) }
+            _ = shutdown(listenFD, Sys.shutRDWR)
+            return false
+        }
+        if !alreadyStopped {
+            // The accept thread closes the listener when it leaves its loop (at most ~100 ms).
+            _ = acceptThreadDone.wait(timeout: .now() + 2)
+        }
+    }
+
+    private func acceptLoop() {
+        defer {
+            Sys.close(listenFD)
+            acceptThreadDone.signal()
+        }
+        while !withLock({ stopped }) {
+            // Poll with a timeout so the loop also ends where shutdown() does not wake a listener (Darwin).
+            var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&pfd, 1, 100)
+            if ready <= 0 { continue }
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR || errno == EAGAIN || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
+                return
+            }
+            let registered: Bool = withLock {
+                guard !stopped else { return false }
+                openFDs.insert(fd)
+                acceptedConnections += 1
+                return true
+            }
+            guard registered else {
+                Sys.close(fd)
+                return
+            }
+            Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY)
+            #if canImport(Darwin)
+            Sys.setOption(fd, SOL_SOCKET, SO_NOSIGPIPE)
+            #endif
+            let thread = Thread { [self] in serve(fd) }
+            thread.name = "LoopbackServer.connection"
+            thread.stackSize = 512 * 1024
+            thread.start()
+        }
+    }
+
+    // MARK: - One connection
+
+    private func serve(_ fd: Int32) {
+        defer {
+            withLock { _ = openFDs.remove(fd) }
+            Sys.close(fd)
+        }
+        let reader = RequestReader(fd: fd)
+        while true {
+            switch reader.readRequest(sendContinue: { Sys.sendAll(fd, Data("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }) {
+            case .closed:
+                return
+            case .reject(let status):
+                let reason = LoopbackResponse.reasonPhrase(for: status).lowercased()
+                let response = LoopbackResponse.json(#"{"error":"\#(reason)"}"#, status: status)
+                if send(response, on: fd, keepAlive: false, isHead: false) { lingeringClose(fd) }
+                return
+            case .request(let request, let keepAlive, let isHead):
+                guard respond(to: request, reader: reader, keepAlive: keepAlive, isHead: isHead) else { return }
+            }
+        }
+    }
+
+    /// Handles one request. Returns `true` if the connection may serve another one.
+    private func respond(to request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool) -> Bool {
+        let handler: (@Sendable (LoopbackRequest) -> LoopbackResponse)? = withLock {
+            requestCounts[request.path, default: 0] += 1
+            totalRequests += 1
+            return routes[request.path]
+        }
+        let reply = handler.map { Reply.response($0(request)) } ?? BuiltinRoutes.reply(for: request)
+        let extraDelay = request.query["delay"].flatMap { Int($0) }.map { max(0, $0) } ?? 0
+        let fd = reader.fd
+
+        switch reply {
+        case .bytes(let count):
+            if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
+            return sendBytes(count: count, on: fd, keepAlive: keepAlive, isHead: isHead) && keepAlive
+        case .response(let response):
+            let (delay, overflow) = response.delayMilliseconds.addingReportingOverflow(extraDelay)
+            let totalDelay = overflow ? Int.max : delay
+            if totalDelay > 0, !reader.wait(milliseconds: totalDelay) { return false }
+            switch response.fault {
+            case .neverRespond?:
+                _ = reader.wait(milliseconds: -1)
+                return false
+            case .closeMidBody?:
+                let head = headerBlock(response, contentLength: response.body.count, keepAlive: false)
+                let partial = response.body.prefix(response.body.count / 2)
+                if Sys.sendAll(fd, head + partial) { _ = shutdown(fd, Sys.shutWR) }
+                return false
+            case nil:
+                let closeRequested = response.headers.contains {
+                    $0.key.lowercased() == "connection" && $0.value.lowercased().contains("close")
+                }
+                let keepOpen = keepAlive && !closeRequested && !(100..<200).contains(response.status)
+                return send(response, on: fd, keepAlive: keepOpen, isHead: isHead) && keepOpen
+            }
+        }
+    }
+
+    /// Sends a complete in-memory response. Returns `false` if the socket failed.
+    private func send(_ response: LoopbackResponse, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
+        let hasBody = !LoopbackResponse.statusHasNoBody(response.status)
+        var data = headerBlock(response, contentLength: hasBody ? response.body.count : nil, keepAlive: keepAlive)
+        if hasBody && !isHead { data.append(response.body) }
+        return Sys.sendAll(fd, data)
+    }
+
+    /// Streams `/bytes/N`: byte `i` is `UInt8(i % 256)`, generated in chunks of 64 KiB.
+    private func sendBytes(count: Int, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
+        let response = LoopbackResponse(headers: ["Content-Type": "application/octet-stream"])
+        guard Sys.sendAll(fd, headerBlock(response, contentLength: count, keepAlive: keepAlive)) else { return false }
+        if isHead { return true }
+        let chunkSize = 64 * 1024  // a multiple of 256, so every chunk starts with byte 0
+        let pattern = [UInt8]((0..<chunkSize).map { UInt8(truncatingIfNeeded: $0) })
+        var remaining = count
+        while remaining > 0 {
+            let size = min(remaining, chunkSize)
+            let ok = pattern.withUnsafeBytes { Sys.sendAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<size])) }
+            guard ok else { return false }
+            remaining -= size
+        }
+        return true
+    }
+
+    /// The status line and headers: `Content-Length` (unless `nil`), `Content-Type` when there is a body,
+    /// `Connection`, then the response's own headers.
+    private func headerBlock(_ response: LoopbackResponse, contentLength: Int?, keepAlive: Bool) -> Data {
+        func clean(_ text: String) -> String {
+            String(text.filter { $0 != "\r" && $0 != "\n" })
+        }
+        let own = response.headers.map { (name: clean($0.key), value: clean($0.value)) }
+            .filter { !$0.name.isEmpty && $0.name.lowercased() != "content-length" }
+            .sorted { $0.name < $1.name }
+        let ownNames = Set(own.map { $0.name.lowercased() })
+        var text = "HTTP/1.1 \(response.status) \(LoopbackResponse.reasonPhrase(for: response.status))\r\n"
+        if let contentLength {
+            text += "Content-Length: \(contentLength)\r\n"
+            if contentLength > 0 && !ownNames.contains("content-type") {
+                text += "Content-Type: application/octet-stream\r\n"
+            }
+        }
+        if !ownNames.contains("connection") {
+            text += "Connection: \(keepAlive ? "keep-alive" : "close")\r\n"
+        }
+        for header in own {
+            text += "\(header.name): \(header.value)\r\n"
+        }
+        text += "\r\n"
+        return Data(text.utf8)
+    }
+
+    /// After an error response, stops sending and discards what the client still sends (up to 1 s),
+    /// so closing does not reset the connection before the client has read the response.
+    private func lingeringClose(_ fd: Int32) {
+        _ = shutdown(fd, Sys.shutWR)
+        var scratch = [UInt8](repeating: 0, count: 16 * 1024)
+        let deadline = Sys.nowMilliseconds() + 1000
+        while Sys.nowMilliseconds() < deadline {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let timeout = Int32(deadline - min(deadline, Sys.nowMilliseconds()))
+            guard poll(&pfd, 1, timeout) > 0 else { return }
+            let count = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count == 0 || (count < 0 && errno != EINTR) { return }
+        }
+    }
+}

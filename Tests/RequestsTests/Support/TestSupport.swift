@@ -1,0 +1,151 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+import XCTest
+
+/// One loopback server for the whole test process.
+enum TestServer {
+    static let shared: LoopbackServer = {
+        let server = try! LoopbackServer()
+        server.route("/fakeapi/recipe/1") { _ in
+            .json(#"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#)
+        }
+        return server
+    }()
+
+    static func url(_ pathAndQuery: String) -> URL { shared.url(pathAndQuery) }
+}
+
+/// A session that shares nothing with other tests and caches nothing.
+let testSession: URLSession = {
+    let configuration = URLSessionConfiguration.ephemeral
+    configuration.urlCache = nil
+    configuration.httpMaximumConnectionsPerHost = 16
+    return URLSession(configuration: configuration)
+}()
+
+/// The recipe served by `/json`.
+struct ServedRecipe: Decodable, Equatable {
+    let name: String
+    let ingredients: [String]
+    let steps: [String]
+}
+
+/// GET `url`, decoded as `Success`.
+struct GetDecodable<Success: Decodable>: DecodableRequest {
+    typealias Failure = Error
+    var identifier: String { url.absoluteString }
+    let url: URL
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+/// GET `url`, the raw body.
+struct GetData: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    var identifier: String { url.absoluteString }
+    let url: URL
+    var method = "GET"
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        completion(.success(request))
+    }
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+/// `url` with no content expected.
+struct SendNoContent: NoContentRequest {
+    typealias Failure = Error
+    var identifier: String { url.absoluteString }
+    let url: URL
+    var shouldEnforceNoContent = true
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+/// A request whose `makeURLRequest` is driven by the test: it hands its callback to `onMake`.
+struct ManualRequest: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    let identifier: String
+    let onMake: @Sendable (@escaping (Result<URLRequest, Error>) -> Void) -> Void
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        onMake(completion)
+    }
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+/// Collects values from any thread.
+final class Recorder<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [Value] = []
+
+    func append(_ value: Value) {
+        lock.lock()
+        storage.append(value)
+        lock.unlock()
+    }
+
+    var values: [Value] {
+        lock.lock()
+        defer { lock.unlock() }
+        return storage
+    }
+
+    var count: Int { values.count }
+}
+
+/// Holds a callback handed over by another thread.
+final class Box<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value?
+    var value: Value? {
+        get { lock.lock(); defer { lock.unlock() }; return stored }
+        set { lock.lock(); stored = newValue; lock.unlock() }
+    }
+}
+
+extension Result {
+    var failure: Failure? {
+        if case let .failure(error) = self { return error }
+        return nil
+    }
+    var success: Success? {
+        if case let .success(value) = self { return value }
+        return nil
+    }
+}
+
+extension Error {
+    var isRequestCancellation: Bool {
+        if case .cancelled? = self as? RequestQueueError { return true }
+        return false
+    }
+}
+
+extension XCTestCase {
+    /// Waits until `condition` holds, polling; fails after `timeout`.
+    func waitUntil(
+        timeout: TimeInterval = 10,
+        _ description: String,
+        file: StaticString = #filePath,
+        line: UInt = #line,
+        _ condition: @escaping () -> Bool
+    ) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            if Date() > deadline {
+                XCTFail("timed out waiting for: \(description)", file: file, line: line)
+                return
+            }
+            RunLoop.current.run(until: Date().addingTimeInterval(0.01))
+        }
+    }
+}

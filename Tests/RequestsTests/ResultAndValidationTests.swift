@@ -206,15 +206,35 @@ final class ResultAndValidationTests: XCTestCase {
         XCTAssertNotNil(error)
     }
 
-    func testNonHTTPResponseIsRejected() throws {
-        // Given a file: URL, whose response is a plain URLResponse with no status code
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("requests-\(UUID().uuidString).json")
-        try Data("{}".utf8).write(to: file)
-        defer { try? FileManager.default.removeItem(at: file) }
-        // When it runs, Then it fails with nonHTTPResponse rather than skipping status validation
-        let error = run(GetData(url: file))?.failure
-        guard case .nonHTTPResponse? = error as? RequestQueueError else {
-            return XCTFail("expected nonHTTPResponse, got \(String(describing: error))")
+    func testNonHTTPResponseIsRejected() {
+        // Given a response that is a plain URLResponse with no status code, which no socket can produce,
+        // so it comes from a URLProtocol stub (URLSession on Linux does not load file: URLs)
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.protocolClasses = [NonHTTPResponseProtocol.self]
+        let session = URLSession(configuration: configuration)
+        defer { session.finishTasksAndInvalidate() }
+        let queue = OperationQueue()
+        let results = Recorder<Result<Data, Error>>()
+        // When it runs
+        queue.addRequest(GetData(url: URL(string: "stub://non-http/")!), session: session) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then it fails with nonHTTPResponse rather than skipping status validation
+        XCTAssertEqual(results.count, 1)
+        guard case .nonHTTPResponse? = results.values.first?.failure as? RequestQueueError else {
+            return XCTFail("expected nonHTTPResponse, got \(results.values)")
         }
     }
+}
+
+/// Answers every request with a plain `URLResponse`, synchronously inside `startLoading`.
+private final class NonHTTPResponseProtocol: URLProtocol {
+    override class func canInit(with request: URLRequest) -> Bool { true }
+    override class func canonicalRequest(for request: URLRequest) -> URLRequest { request }
+    override func startLoading() {
+        let response = URLResponse(url: request.url!, mimeType: "text/plain", expectedContentLength: 2, textEncodingName: nil)
+        client?.urlProtocol(self, didReceive: response, cacheStoragePolicy: .notAllowed)
+        client?.urlProtocol(self, didLoad: Data("hi".utf8))
+        client?.urlProtocolDidFinishLoading(self)
+    }
+    override func stopLoading() {}
 }

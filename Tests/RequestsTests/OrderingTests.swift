@@ -93,23 +93,23 @@ final class OrderingTests: XCTestCase {
     }
 
     func testCancellationWithoutAQueueIsNotDeliveredInsideCancel() {
-        // Given a queued request with no completion queue
+        // Given a queued request with no completion queue, and a queue to cancel it from
         let queue = OperationQueue()
         queue.isSuspended = true
-        let insideCancel = Box<Bool>()
-        let ranInsideCancel = Recorder<Bool>()
+        let key = DispatchSpecificKey<String>()
+        let cancelling = DispatchQueue(label: "cancelling")
+        cancelling.setSpecific(key: key, value: "cancelling")
+        let ranOnCancellingQueue = Recorder<Bool>()
         let done = expectation(description: "completion")
         let operation = queue.addRequest(GetData(url: server.url("/json")), session: testSession) { _ in
-            ranInsideCancel.append(insideCancel.value == true)
+            ranOnCancellingQueue.append(DispatchQueue.getSpecific(key: key) != nil)
             done.fulfill()
         }
         // When it is cancelled
-        insideCancel.value = true
-        operation.cancel()
-        insideCancel.value = false
+        cancelling.sync { operation.cancel() }
         wait(for: [done], timeout: 10)
         // Then the handler did not run on the cancelling call stack
-        XCTAssertEqual(ranInsideCancel.values, [false])
+        XCTAssertEqual(ranOnCancellingQueue.values, [false])
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
     }

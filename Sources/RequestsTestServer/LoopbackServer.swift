@@ -175,10 +175,13 @@ final class ServerCore: @unchecked Sendable {
             // Poll with a timeout so the loop also ends where shutdown() does not wake a listener (Darwin).
             var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
             let ready = poll(&pfd, 1, 100)
+            if ready < 0 && errno != EINTR { return }
             if ready <= 0 { continue }
             let fd = accept(listenFD, nil, nil)
             if fd < 0 {
-                if errno == EINTR || errno == EAGAIN || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
+                let code = errno
+                if code == EMFILE || code == ENFILE { usleep(10_000) }  // out of descriptors: do not spin
+                if [EINTR, EAGAIN, ECONNABORTED, EMFILE, ENFILE].contains(code) { continue }
                 return
             }
             let registered: Bool = withLock {
@@ -271,17 +274,24 @@ final class ServerCore: @unchecked Sendable {
         return Sys.sendAll(fd, data)
     }
 
-    /// Streams `/bytes/N`: byte `i` is `UInt8(i % 256)`, generated in chunks of 64 KiB.
+    /// One 64 KiB chunk of `/bytes/N`. Its length is a multiple of 256, so every chunk starts with byte 0.
+    /// Built once with a plain loop: a per-request `map` over 64 Ki elements is slow in debug builds and,
+    /// under ThreadSanitizer, serialises all connection threads on the runtime's metadata lock.
+    private static let bytePattern: [UInt8] = {
+        var pattern = [UInt8](repeating: 0, count: 64 * 1024)
+        for i in pattern.indices { pattern[i] = UInt8(truncatingIfNeeded: i) }
+        return pattern
+    }()
+
+    /// Streams `/bytes/N`: byte `i` is `UInt8(i % 256)`, sent in chunks of at most 64 KiB.
     private func sendBytes(count: Int, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
         let response = LoopbackResponse(headers: ["Content-Type": "application/octet-stream"])
         guard Sys.sendAll(fd, headerBlock(response, contentLength: count, keepAlive: keepAlive)) else { return false }
         if isHead { return true }
-        let chunkSize = 64 * 1024  // a multiple of 256, so every chunk starts with byte 0
-        let pattern = [UInt8]((0..<chunkSize).map { UInt8(truncatingIfNeeded: $0) })
         var remaining = count
         while remaining > 0 {
-            let size = min(remaining, chunkSize)
-            let ok = pattern.withUnsafeBytes { Sys.sendAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<size])) }
+            let size = min(remaining, Self.bytePattern.count)
+            let ok = Self.bytePattern.withUnsafeBytes { Sys.sendAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<size])) }
             guard ok else { return false }
             remaining -= size
         }

@@ -4,6 +4,11 @@ import XCTest
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Exercises `LoopbackServer` for real, over a socket, with `URLSession`.
 final class LoopbackServerTests: XCTestCase {
@@ -254,5 +259,55 @@ final class LoopbackServerTests: XCTestCase {
         wait(for: [stopped, failed], timeout: 10)
         XCTAssertNotNil(box.value?.otherError, "the client must see an error, not a response")
         XCTAssertNil(box.value?.response)
+    }
+
+    func testMalformedRequestGets400AndClose() throws {
+        // Given a raw connection to the server
+        // When it sends a request line that is not HTTP
+        let reply = try rawExchange("NOT A VALID REQUEST\r\n\r\n")
+
+        // Then the server answers 400 and closes the connection (the read reached end of stream)
+        XCTAssertTrue(reply.hasPrefix("HTTP/1.1 400 Bad Request\r\n"), reply)
+        XCTAssertTrue(reply.contains("Connection: close\r\n"), reply)
+
+        // And the server keeps serving
+        XCTAssertEqual(try fetch("/json").response?.statusCode, 200)
+    }
+
+    /// Sends `text` on a new socket and returns everything received until the server closes (at most 10 s).
+    private func rawExchange(_ text: String) throws -> String {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let noSignal = Int32(MSG_NOSIGNAL)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        let noSignal: Int32 = 0
+        #endif
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = server.port.bigEndian
+        address.sin_addr.s_addr = in_addr_t(0x7f00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        XCTAssertEqual(connected, 0, "connect failed with errno \(errno)")
+        let request = Array(text.utf8)
+        let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, noSignal) }
+        XCTAssertEqual(sent, request.count)
+
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 100) > 0 else { continue }
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { return String(decoding: received, as: UTF8.self) }
+            received += chunk[0..<count]
+        }
+        XCTFail("the server did not close the connection")
+        return String(decoding: received, as: UTF8.self)
     }
 }

@@ -16,6 +16,7 @@ final class StressTests: XCTestCase {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 16
         let completions = CompletionCounter(count: total)
+        let serverRequestsBefore = server.totalRequestCount
         var operations: [Operation] = []
         operations.reserveCapacity(total)
 
@@ -40,14 +41,16 @@ final class StressTests: XCTestCase {
         let shared = operations
         queue.isSuspended = false
 
-        // Four threads cancel random operations (about 1 in 5) while the queue runs.
+        // Four threads cancel random operations near the head of the queue (queued, starting, in flight or
+        // completing) for as long as the run lasts.
         let cancellers = DispatchGroup()
         for seed in 0..<4 {
             DispatchQueue.global().async(group: cancellers) {
                 var generator = SplitMix64(seed: UInt64(seed + 1))
-                for _ in 0..<(total / 20) {
-                    shared[Int(generator.next() % UInt64(total))].cancel()
-                    if generator.next() % 8 == 0 { usleep(200) }
+                while completions.completedCount < total {
+                    let head = completions.completedCount
+                    shared[min(total - 1, head + Int(generator.next() % 32))].cancel()
+                    usleep(UInt32(generator.next() % 16_000))
                 }
             }
         }
@@ -62,7 +65,8 @@ final class StressTests: XCTestCase {
         XCTAssertGreaterThan(summary.cancelled, 0)
         XCTAssertGreaterThan(total - summary.failed, total / 2, "most requests succeed")
         XCTAssertEqual(summary.failed, summary.cancelled, "only cancellations fail")
-        print("stress: \(total) requests, \(summary.cancelled) cancelled, \(summary.failed - summary.cancelled) other failures, \(server.totalRequestCount) server requests so far")
+        let reachedServer = server.totalRequestCount - serverRequestsBefore
+        print("stress: \(total) requests, \(summary.cancelled) cancelled (\(reachedServer - (total - summary.cancelled)) of them after reaching the server), \(summary.failed - summary.cancelled) other failures")
     }
 }
 
@@ -70,6 +74,7 @@ final class StressTests: XCTestCase {
 private final class CompletionCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var counts: [Int]
+    private var completed = 0
     private var cancelled = 0
     private var failed = 0
 
@@ -78,9 +83,16 @@ private final class CompletionCounter: @unchecked Sendable {
     func record(_ index: Int, cancelled wasCancelled: Bool, failed didFail: Bool) {
         lock.lock()
         counts[index] += 1
+        completed += 1
         if wasCancelled { cancelled += 1 }
         if didFail { failed += 1 }
         lock.unlock()
+    }
+
+    var completedCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return completed
     }
 
     var summary: (calledTwice: [Int], neverCalled: [Int], cancelled: Int, failed: Int) {

@@ -16,7 +16,7 @@ final class CancellationTests: XCTestCase {
         queue.isSuspended = true
         let results = Recorder<Result<Data, Error>>()
         let done = expectation(description: "completion")
-        let path = "/json?cancel-before-start=\(UUID().uuidString)"
+        let path = TestServer.freshPath()
         let operation = queue.addRequest(GetData(url: server.url(path)), session: testSession) { result in
             results.append(result)
             done.fulfill()
@@ -32,7 +32,7 @@ final class CancellationTests: XCTestCase {
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertTrue(operation.isFinished)
         XCTAssertEqual(results.count, 1)
-        XCTAssertEqual(server.requestCount(path: "/json?cancel-before-start"), 0)
+        XCTAssertEqual(server.requestCount(path: path), 0)
     }
 
     func testCancelWhileMakeURLRequestIsPendingCompletesAndLateCallbackIsIgnored() {
@@ -121,7 +121,7 @@ final class CancellationTests: XCTestCase {
         // Then nothing changes
         XCTAssertFalse(operation.isCancelled)
         XCTAssertEqual(results.count, 1)
-        XCTAssertNotNil((operation as? RequestOperation<ServedRecipe, Error>)?.result?.success)
+        XCTAssertNotNil(operation.result?.success)
     }
 
     func testCancelFromInsideTheCompletionHandlerDoesNotCallItAgain() {
@@ -159,6 +159,28 @@ final class CancellationTests: XCTestCase {
         XCTAssertEqual(results.count, 1)
         XCTAssertTrue(results.values.first?.failure?.isRequestCancellation ?? false)
         XCTAssertTrue(operation.isFinished)
+    }
+
+    func testRequestCancelledWhileWaitingOnADependencyIsNeverSent() {
+        // Given 300 requests waiting on an operation that never finishes
+        // (on Linux, Operation.cancel() lets the queue start a waiting operation at once, on another thread)
+        let path = TestServer.freshPath()
+        let queue = OperationQueue()
+        let neverFinishes = BlockOperation {}
+        let results = Recorder<Result<Data, Error>>()
+        let operations = (0..<300).map { _ in
+            let operation = DataRequestOperation(request: GetData(url: server.url(path)), session: testSession) { results.append($0) }
+            operation.addDependency(neverFinishes)
+            queue.addOperation(operation)
+            return operation
+        }
+        // When each is cancelled
+        operations.forEach { $0.cancel() }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then each completed once, with cancellation, and none reached the server
+        XCTAssertEqual(results.count, 300)
+        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation ?? false })
+        XCTAssertEqual(server.requestCount(path: path), 0)
     }
 
     func testCancelAllOperationsCompletesEveryRequestOnce() {

@@ -48,7 +48,7 @@ final class OrderingTests: XCTestCase {
             // Then the completion's effect and the typed result are both visible
             XCTAssertTrue(Thread.isMainThread)
             XCTAssertEqual(written.value, "Pancakes")
-            XCTAssertEqual(try? (request as? RequestOperation<ServedRecipe, Error>)?.result?.get().name, "Pancakes")
+            XCTAssertEqual(try? request.result?.get().name, "Pancakes")
             done.fulfill()
         }
         ui.addDependency(request)

@@ -23,6 +23,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     private var state = State.pending
     /// `finish()` arrived before `start()` had made the operation executing; `start()` finishes instead of executing.
     private var finishRequested = false
+    private var cancelRequested = false
 
     /// Creates a pending operation.
     public override init() {
@@ -104,13 +105,28 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         didChangeValue(forKey: "isExecuting")
     }
 
-    /// Marks the operation cancelled and calls ``didCancel()``. Does nothing once the operation has finished.
-    public final override func cancel() {
-        guard !isFinished else { return }
-        super.cancel()
-        didCancel()
+    /// `true` once `cancel()` has been called on an operation that had not finished.
+    public final override var isCancelled: Bool {
+        withLock { cancelRequested }
     }
 
-    /// Called after each effective `cancel()`, on the cancelling thread. The default does nothing.
+    /// Marks the operation cancelled and calls ``didCancel()``, once. Does nothing once the operation is finishing.
+    ///
+    /// ``didCancel()`` runs *before* `Operation.cancel()`: on Linux that call makes a waiting operation
+    /// ready and lets its queue start it at once, on another thread, so the cancellation must already be
+    /// recorded when that happens.
+    public final override func cancel() {
+        let isFirstCancel: Bool = withLock {
+            guard !cancelRequested, state != .finishing, state != .finished else { return false }
+            cancelRequested = true
+            return true
+        }
+        guard isFirstCancel else { return }
+        didCancel()
+        super.cancel()
+    }
+
+    /// Called once, by the first `cancel()`, on the cancelling thread, before the queue learns of the
+    /// cancellation. The default does nothing.
     open func didCancel() {}
 }

@@ -24,6 +24,8 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     private var storedResult: Result<Success, Failure>?
     /// Set by the queue that runs the operation, so that it can be found by identifier until it completes.
     var registryKey: RequestRegistry.Key?
+    /// Operations built from this one's result (`addRequest(after:)`) that have not been cancelled.
+    private var liveChainedDependents = 0
 
     /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
     public init(
@@ -58,6 +60,23 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first.
     public final override func didCancel() {
         complete(with: .failure(RequestQueueError.cancelled), fromCancel: true)
+    }
+
+    /// Records an operation built from this one's result.
+    final func addChainedDependent() {
+        withLock { liveChainedDependents += 1 }
+    }
+
+    /// A chained dependent was cancelled; when none is left, this operation is cancelled too,
+    /// so cancelling the last link of a chain cancels the whole chain, but not a branch others still need.
+    final func chainedDependentWasCancelled() {
+        let noneLeft: Bool = withLock {
+            liveChainedDependents -= 1
+            return liveChainedDependents == 0
+        }
+        if noneLeft {
+            cancel()
+        }
     }
 
     /// Stops work in progress when a cancellation has won. Called before the completion is scheduled,

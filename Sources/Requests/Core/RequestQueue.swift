@@ -43,11 +43,48 @@ extension RequestQueue {
 }
 
 extension OperationQueue: RequestQueue {
-    /// Runs `request` on `session` as an operation of this queue.
+    /// Runs `request` on `session` as an operation of this queue, and returns its typed operation.
     ///
     /// `completion` runs on `completionQueue`; when that is `nil`, on this queue's `underlyingQueue` if set
     /// (captured now and retained by the operation, because `OperationQueue` holds it unowned); otherwise on
     /// the thread that produced the outcome (see ``RequestOperation/completionQueue``).
+    ///
+    /// The returned ``RequestOperation`` is an `Operation` that others can depend on, and its
+    /// ``RequestOperation/result`` is typed. Every form of `addRequest` on an `OperationQueue` resolves here.
+    @discardableResult
+    public func addRequest<T: DataRequest>(
+        _ request: T,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        completion: T.CompletionType? = nil
+    ) -> RequestOperation<T.Success, T.Failure> {
+        addRequest(request, session: session, completionQueue: completionQueue, dependencies: [], completion: completion)
+    }
+
+    /// Adds `request` after `dependencies`; they are added before the operation reaches the queue.
+    func addRequest<T: DataRequest>(
+        _ request: T,
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        dependencies: [Operation],
+        completion: T.CompletionType?
+    ) -> RequestOperation<T.Success, T.Failure> {
+        let operation = request.makeOperation(
+            session: session,
+            completionQueue: completionQueue ?? underlyingQueue,
+            completion: completion
+        )
+        dependencies.forEach(operation.addDependency)
+        let key = RequestRegistry.Key(queue: self, request: request)
+        operation.withLock { operation.registryKey = key }
+        RequestRegistry.shared.add(operation, for: key)
+        addOperation(operation)
+        return operation
+    }
+
+    /// The ``RequestQueue`` requirement: the typed `addRequest` above, returned as an `Operation`.
+    /// Disfavoured so that calls on an `OperationQueue` get the typed operation.
+    @_disfavoredOverload
     @discardableResult
     public func addRequest<T: DataRequest>(
         _ request: T,
@@ -55,15 +92,8 @@ extension OperationQueue: RequestQueue {
         completionQueue: DispatchQueue?,
         completion: T.CompletionType?
     ) -> Operation {
-        let operation = request.makeOperation(
-            session: session,
-            completionQueue: completionQueue ?? underlyingQueue,
-            completion: completion
-        )
-        let key = RequestRegistry.Key(queue: self, request: request)
-        operation.withLock { operation.registryKey = key }
-        RequestRegistry.shared.add(operation, for: key)
-        addOperation(operation)
+        let operation: RequestOperation<T.Success, T.Failure> = addRequest(
+            request, session: session, completionQueue: completionQueue, completion: completion)
         return operation
     }
 

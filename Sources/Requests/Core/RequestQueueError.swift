@@ -18,6 +18,9 @@ public enum RequestQueueError: Error, CustomStringConvertible {
     /// The operation was cancelled before it produced a result. `URLError.cancelled` from the session is
     /// reported as this too, so there is one thing to check.
     case cancelled
+    /// An operation this one was built from (see `addRequest(after:)`) failed or was cancelled, so this
+    /// request was never sent. Carries that operation's error.
+    case dependencyFailed(Error)
 
     /// Describes the error; for a status error it names the code.
     public var description: String {
@@ -32,6 +35,8 @@ public enum RequestQueueError: Error, CustomStringConvertible {
             return "The response is not an HTTP response: \(response.map { String(describing: type(of: $0)) } ?? "none")."
         case .cancelled:
             return "The request was cancelled."
+        case let .dependencyFailed(error):
+            return "A request this one depends on failed: \(error)"
         }
     }
 

@@ -17,6 +17,13 @@ enum TestServer {
     }()
 
     static func url(_ pathAndQuery: String) -> URL { shared.url(pathAndQuery) }
+
+    /// A new path, served with the `/json` recipe, whose requests the server counts on their own.
+    static func freshPath() -> String {
+        let path = "/fresh/\(UUID().uuidString)"
+        shared.route(path) { _ in .json(#"{"name":"Pancakes","ingredients":[],"steps":[]}"#) }
+        return path
+    }
 }
 
 /// A session that shares nothing with other tests and caches nothing.

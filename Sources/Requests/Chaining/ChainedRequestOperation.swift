@@ -1,0 +1,104 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+extension OperationQueue {
+    /// Adds a request built from `previous`'s success value, to run after `previous` finishes.
+    ///
+    /// ```swift
+    /// let token = queue.addRequest(LoginRequest(user: "ada", password: "…"))
+    /// let profile = queue.addRequest(after: token) { ProfileRequest(token: $0) }
+    /// let avatar = queue.addRequest(after: profile) { AvatarRequest(url: $0.avatarURL) }
+    /// ```
+    ///
+    /// If `previous` fails or is cancelled, the new request is never built or sent, and it completes with
+    /// ``RequestQueueError/dependencyFailed(_:)`` carrying `previous`'s error. An error thrown by
+    /// `makeRequest` fails it too. Cancelling it cancels `previous` as well, unless another request built
+    /// from `previous` still needs it. Its `Failure` is `Error`, because the error can come from either request.
+    @discardableResult
+    public func addRequest<Input, InputFailure: Error, T: DataRequest>(
+        after previous: RequestOperation<Input, InputFailure>,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        makeRequest: @escaping (Input) throws -> T,
+        completion: ((Result<T.Success, Error>) -> Void)? = nil
+    ) -> RequestOperation<T.Success, Error> {
+        let operation = ChainedRequestOperation(
+            after: previous,
+            session: session,
+            completionQueue: completionQueue ?? underlyingQueue,
+            makeRequest: makeRequest,
+            completion: completion
+        )
+        addOperation(operation)
+        return operation
+    }
+}
+
+/// Runs a request built from another operation's success value, once that operation has finished.
+/// The request itself runs as its kind's operation, started directly inside this one's queue slot.
+final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
+    RequestOperation<T.Success, Error>, @unchecked Sendable
+{
+    private let session: URLSession
+
+    // All guarded by the lock of `AsyncOperation`; released once the completion handler has run.
+    private var previous: RequestOperation<Input, InputFailure>?
+    private var makeRequest: ((Input) throws -> T)?
+    private var requestOperation: RequestOperation<T.Success, T.Failure>?
+
+    init(
+        after previous: RequestOperation<Input, InputFailure>,
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        makeRequest: @escaping (Input) throws -> T,
+        completion: Completion?
+    ) {
+        self.session = session
+        self.previous = previous
+        self.makeRequest = makeRequest
+        super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
+        addDependency(previous)
+        previous.addChainedDependent()
+    }
+
+    override func execute() {
+        guard let (previous, makeRequest) = ifNotCompleted({ (self.previous, self.makeRequest) }),
+              let previous, let makeRequest else { return }
+        switch previous.result {
+        case let .success(input)?:
+            let request: T
+            do {
+                request = try makeRequest(input)
+            } catch {
+                complete(with: .failure(error))
+                return
+            }
+            let operation = request.makeOperation(session: session, completionQueue: nil) { result in
+                self.complete(with: result.mapError { $0 })
+            }
+            guard ifNotCompleted({ self.requestOperation = operation }) != nil else { return }
+            operation.start()
+        case let .failure(error)?:
+            complete(with: .failure(RequestQueueError.dependencyFailed(error)))
+        case nil:
+            // `previous` finished without a result: it was never run by a queue.
+            complete(with: .failure(RequestQueueError.dependencyFailed(RequestQueueError.cancelled)))
+        }
+    }
+
+    override func cancelWork() {
+        let (previous, requestOperation) = withLock { (self.previous, self.requestOperation) }
+        requestOperation?.cancel()
+        previous?.chainedDependentWasCancelled()
+    }
+
+    override func releaseResources() {
+        withLock {
+            previous = nil
+            makeRequest = nil
+            requestOperation = nil
+        }
+    }
+}

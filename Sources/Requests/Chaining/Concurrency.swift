@@ -1,0 +1,59 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+extension OperationQueue {
+    /// Runs `request` as an operation of this queue and returns its success value, or throws its failure.
+    ///
+    /// ```swift
+    /// let recipe = try await queue.response(for: RecipeRequest(recipeId: "1"))
+    /// ```
+    ///
+    /// It runs as an operation of this queue, after `dependencies`, so it respects the queue's
+    /// `maxConcurrentOperationCount` and suspension. Cancelling the calling `Task` cancels the operation,
+    /// which then throws (the request's mapping of) ``RequestQueueError/cancelled``.
+    public func response<T: DataRequest & Sendable>(
+        for request: T,
+        session: URLSession = .shared,
+        after dependencies: [Operation] = []
+    ) async throws -> T.Success where T.Success: Sendable {
+        let cancellation = OperationCancellation()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let operation = addRequest(
+                    request, session: session, completionQueue: nil, dependencies: dependencies
+                ) { result in
+                    continuation.resume(with: result.mapError { $0 })
+                }
+                cancellation.attach(operation)
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+    }
+}
+
+/// Hands a Task's cancellation to an operation that may not exist yet when the Task is cancelled.
+private final class OperationCancellation: @unchecked Sendable {
+    private let lock = NSLock()
+    private var operation: Operation?
+    private var isCancelled = false
+
+    func attach(_ operation: Operation) {
+        lock.lock()
+        let cancelNow = isCancelled
+        if !cancelNow { self.operation = operation }
+        lock.unlock()
+        if cancelNow { operation.cancel() }
+    }
+
+    func cancel() {
+        lock.lock()
+        isCancelled = true
+        let operation = self.operation
+        self.operation = nil
+        lock.unlock()
+        operation?.cancel()
+    }
+}

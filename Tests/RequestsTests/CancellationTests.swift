@@ -140,6 +140,7 @@ final class CancellationTests: XCTestCase {
         XCTAssertEqual(results.count, 1)
         XCTAssertNotNil(results.values.first?.success)
         XCTAssertTrue(operation.isFinished)
+        XCTAssertFalse(operation.isCancelled, "a request that delivered its result is not cancelled afterwards")
     }
 
     func testCancelledOperationWaitingOnADependencyCompletesOnce() {
@@ -183,6 +184,32 @@ final class CancellationTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 0)
     }
 
+    func testCancelWhileTheTaskIsBeingCreatedSendsNothing() {
+        // Given a session that lets the test cancel inside dataTask(with:), between task creation and resume
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        let session = CancellingSession(configuration: configuration)
+        defer { session.finishTasksAndInvalidate() }
+        let path = TestServer.freshPath()
+        let queue = OperationQueue()
+        let results = Recorder<Result<Data, Error>>()
+        for _ in 0..<100 {
+            let operationBox = Box<Operation>()
+            session.onDataTask.value = { operationBox.value?.cancel() }
+            queue.isSuspended = true
+            let operation = queue.addRequest(GetData(url: server.url(path)), session: session) { results.append($0) }
+            operationBox.value = operation
+            // When the queue starts it and it is cancelled as its task is created
+            queue.isSuspended = false
+            operation.waitUntilFinished()
+        }
+        waitUntil("every completion") { results.count == 100 }
+        // Then every request completed as cancelled, and none was sent
+        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation ?? false })
+        Thread.sleep(forTimeInterval: 0.3)
+        XCTAssertEqual(server.requestCount(path: path), 0)
+    }
+
     func testCancelAllOperationsCompletesEveryRequestOnce() {
         // Given 200 requests, some in flight and most queued
         let queue = OperationQueue()
@@ -197,5 +224,19 @@ final class CancellationTests: XCTestCase {
         // Then each completion ran exactly once
         XCTAssertEqual(results.count, 200)
         XCTAssertEqual(Set(results.values).count, 200)
+    }
+}
+
+/// A session that runs `onDataTask` right after creating each data task, before it is resumed.
+private final class CancellingSession: URLSession, @unchecked Sendable {
+    let onDataTask = Box<@Sendable () -> Void>()
+
+    override func dataTask(
+        with request: URLRequest,
+        completionHandler: @escaping @Sendable (Data?, URLResponse?, Error?) -> Void
+    ) -> URLSessionDataTask {
+        let task = super.dataTask(with: request, completionHandler: completionHandler)
+        onDataTask.value?()
+        return task
     }
 }

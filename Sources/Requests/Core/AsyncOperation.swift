@@ -3,7 +3,7 @@ import Foundation
 /// An `Operation` whose work finishes later, on another thread.
 ///
 /// `start()`, `cancel()` and `finish()` are `final`; a subclass overrides ``execute()`` to begin its work,
-/// calls ``finish()`` when it is done, and may override ``didCancel()``.
+/// calls ``finish()`` when it is done, and may override ``willCancel()``.
 ///
 /// One lock guards all state, including a subclass's (through ``withLock(_:)``). The `isExecuting` and
 /// `isFinished` KVO notifications are always sent outside that lock: on Linux `didChangeValue(forKey:)`
@@ -110,9 +110,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         withLock { cancelRequested }
     }
 
-    /// Marks the operation cancelled and calls ``didCancel()``, once. Does nothing once the operation is finishing.
+    /// Cancels the operation, once, if ``willCancel()`` agrees; otherwise (for example because the operation
+    /// has already produced its result) nothing happens and `isCancelled` stays `false`.
     ///
-    /// ``didCancel()`` runs *before* `Operation.cancel()`: on Linux that call makes a waiting operation
+    /// ``willCancel()`` runs *before* `Operation.cancel()`: on Linux that call makes a waiting operation
     /// ready and lets its queue start it at once, on another thread, so the cancellation must already be
     /// recorded when that happens.
     public final override func cancel() {
@@ -122,11 +123,17 @@ open class AsyncOperation: Operation, @unchecked Sendable {
             return true
         }
         guard isFirstCancel else { return }
-        didCancel()
-        super.cancel()
+        if willCancel() {
+            super.cancel()
+        } else {
+            withLock { cancelRequested = false }
+        }
     }
 
-    /// Called once, by the first `cancel()`, on the cancelling thread, before the queue learns of the
-    /// cancellation. The default does nothing.
-    open func didCancel() {}
+    /// Called by the first `cancel()`, on the cancelling thread, before the queue learns of the cancellation.
+    /// Stop the work here and return `true`, or return `false` if it is too late to cancel.
+    /// The default returns `true`.
+    open func willCancel() -> Bool {
+        true
+    }
 }

@@ -81,14 +81,11 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             let task = session.dataTask(with: urlRequest) { data, response, error in
                 receiver.receive(data: data, response: response, error: error)
             }
-            let resumed = ifNotCompleted { () -> Bool in
-                self.task = task
+            // Resume outside the lock: a cancel that lands first cancels the suspended task, and then
+            // resume() does nothing, so a cancelled request is never sent.
+            if ifNotCompleted({ self.task = task }) != nil {
                 task.resume()
-                return true
-            } ?? false
-            if !resumed {
-                // Cancelled while the task was being created: run it to its (cancelled) end so the session releases it.
-                task.resume()
+            } else {
                 task.cancel()
             }
         }

@@ -57,8 +57,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         withLock { isCompleted ? nil : body() }
     }
 
-    /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first.
-    public final override func didCancel() {
+    /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first. Refuses (so the
+    /// operation is not marked cancelled) when it has already completed.
+    public final override func willCancel() -> Bool {
         complete(with: .failure(RequestQueueError.cancelled), fromCancel: true)
     }
 

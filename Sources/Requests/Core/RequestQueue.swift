@@ -69,16 +69,27 @@ extension OperationQueue: RequestQueue {
         dependencies: [Operation],
         completion: T.CompletionType?
     ) -> RequestOperation<T.Success, T.Failure> {
+        let operation = makeOperation(for: request, session: session, completionQueue: completionQueue, completion: completion)
+        dependencies.forEach(operation.addDependency)
+        addOperation(operation)
+        return operation
+    }
+
+    /// Creates the operation for `request` and registers it for lookup by identifier; the caller queues it.
+    func makeOperation<T: DataRequest>(
+        for request: T,
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        completion: T.CompletionType?
+    ) -> RequestOperation<T.Success, T.Failure> {
         let operation = request.makeOperation(
             session: session,
             completionQueue: completionQueue ?? underlyingQueue,
             completion: completion
         )
-        dependencies.forEach(operation.addDependency)
-        let key = RequestRegistry.Key(queue: self, request: request)
+        let key = RequestRegistry.Key(queue: self, identifier: request.identifier)
+        RequestRegistry.shared.add(operation, requestType: T.self, for: key)
         operation.withLock { operation.registryKey = key }
-        RequestRegistry.shared.add(operation, for: key)
-        addOperation(operation)
         return operation
     }
 
@@ -100,46 +111,97 @@ extension OperationQueue: RequestQueue {
     /// The oldest operation of this queue running a request of the same type and identifier that has not
     /// completed yet. O(1): a table kept by `addRequest`, not a scan of `operations`.
     public func requestCurrentlyExecuting<T: Request>(_ request: T) -> Operation? {
-        RequestRegistry.shared.first(for: RequestRegistry.Key(queue: self, request: request))
+        RequestRegistry.shared.first(for: RequestRegistry.Key(queue: self, identifier: request.identifier), requestType: T.self)
     }
 }
 
-/// The operations each queue is running, by request type and identifier, from `addRequest` until they complete.
+/// The request operations each queue is running, by identifier, from `addRequest` until their
+/// completion is scheduled. Every lookup is a dictionary access plus a scan of the few operations that
+/// share one identifier.
 final class RequestRegistry: @unchecked Sendable {
     struct Key: Hashable {
         let queue: ObjectIdentifier
-        let requestType: ObjectIdentifier
         let identifier: String
 
-        init<T: Request>(queue: OperationQueue, request: T) {
+        init(queue: OperationQueue, identifier: String) {
             self.queue = ObjectIdentifier(queue)
-            self.requestType = ObjectIdentifier(T.self)
-            self.identifier = request.identifier
+            self.identifier = identifier
+        }
+    }
+
+    /// The operations of one request type under one key: O(1) insert and remove, oldest first.
+    private struct Bucket {
+        private var order: [(sequence: Int, id: ObjectIdentifier)] = []
+        private var head = 0
+        private var live: [ObjectIdentifier: (sequence: Int, operation: Operation)] = [:]
+
+        var isEmpty: Bool { live.isEmpty }
+        var operations: [Operation] { live.values.sorted { $0.sequence < $1.sequence }.map(\.operation) }
+
+        mutating func append(_ operation: Operation, sequence: Int) {
+            order.append((sequence, ObjectIdentifier(operation)))
+            live[ObjectIdentifier(operation)] = (sequence, operation)
+        }
+
+        mutating func remove(_ operation: Operation) {
+            live[ObjectIdentifier(operation)] = nil
+        }
+
+        /// Skips removed entries at the front (amortised O(1)) and returns the oldest live one.
+        mutating func first() -> Operation? {
+            while head < order.count, live[order[head].id]?.sequence != order[head].sequence {
+                head += 1
+            }
+            if head > 32, head * 2 > order.count {
+                order.removeFirst(head)
+                head = 0
+            }
+            return head < order.count ? live[order[head].id]?.operation : nil
         }
     }
 
     static let shared = RequestRegistry()
 
     private let lock = NSLock()
-    private var operations: [Key: [Operation]] = [:]
+    private var buckets: [Key: [ObjectIdentifier: Bucket]] = [:]
+    private var nextSequence = 0
 
-    func add(_ operation: Operation, for key: Key) {
+    func add<T>(_ operation: Operation, requestType: T.Type, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
-        operations[key, default: []].append(operation)
+        nextSequence += 1
+        buckets[key, default: [:]][ObjectIdentifier(requestType), default: Bucket()].append(operation, sequence: nextSequence)
     }
 
     func remove(_ operation: Operation, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
-        guard var list = operations[key] else { return }
-        list.removeAll { $0 === operation }
-        operations[key] = list.isEmpty ? nil : list
+        guard var byType = buckets.removeValue(forKey: key) else { return }
+        for type in Array(byType.keys) {
+            byType[type]?.remove(operation)
+            if byType[type]?.isEmpty == true { byType[type] = nil }
+        }
+        if !byType.isEmpty { buckets[key] = byType }
     }
 
-    func first(for key: Key) -> Operation? {
+    /// The oldest operation for `key` of `requestType`.
+    func first<T>(for key: Key, requestType: T.Type) -> Operation? {
         lock.lock()
         defer { lock.unlock() }
-        return operations[key]?.first
+        return buckets[key]?[ObjectIdentifier(requestType)]?.first()
+    }
+
+    /// Every operation for `key`, of any type.
+    func operations(for key: Key) -> [Operation] {
+        lock.lock()
+        defer { lock.unlock() }
+        return buckets[key]?.values.flatMap(\.operations) ?? []
+    }
+
+    /// Whether any operation is registered for `key`.
+    func contains(_ key: Key) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return buckets[key] != nil
     }
 }

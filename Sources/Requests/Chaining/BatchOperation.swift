@@ -1,0 +1,109 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+extension OperationQueue {
+    /// Adds every request in `requests` to this queue, and a ``BatchOperation`` that finishes after all of
+    /// them with their results in input order.
+    ///
+    /// ```swift
+    /// let batch = queue.addBatch(ids.map { RecipeRequest(recipeId: $0) }) { result in
+    ///     let recipes = (try? result.get())?.compactMap { try? $0.get() }
+    /// }
+    /// ```
+    ///
+    /// With `failFast`, the first failure (a cancellation counts) cancels every request that has not
+    /// finished. The batch fails only if it is cancelled itself, which cancels every request in it.
+    @discardableResult
+    public func addBatch<T: DataRequest>(
+        _ requests: [T],
+        session: URLSession = .shared,
+        failFast: Bool = false,
+        completionQueue: DispatchQueue? = nil,
+        completion: ((Result<[Result<T.Success, T.Failure>], Error>) -> Void)? = nil
+    ) -> BatchOperation<T.Success, T.Failure> {
+        let batch = BatchOperation<T.Success, T.Failure>(
+            count: requests.count,
+            failFast: failFast,
+            completionQueue: completionQueue ?? underlyingQueue,
+            completion: completion
+        )
+        let operations = requests.enumerated().map { index, request in
+            makeOperation(for: request, session: session, completionQueue: nil) { [weak batch] result in
+                let failed: Bool
+                if case .failure = result { failed = true } else { failed = false }
+                batch?.requestDidComplete(at: index, failed: failed)
+            }
+        }
+        batch.setOperations(operations)
+        addOperations(operations + [batch], waitUntilFinished: false)
+        return batch
+    }
+}
+
+/// One operation that finishes after a group of request operations, with their results in input order.
+///
+/// Others can depend on it. Its ``progress`` has one unit per request.
+public final class BatchOperation<Success, Failure: Error>:
+    RequestOperation<[Result<Success, Failure>], Error>, ProgressReporting, @unchecked Sendable
+{
+    /// One unit per request, completed as each request completes.
+    public let progress: Progress
+
+    private let failFast: Bool
+    /// One child of `progress` per request; each is written once, by its own request's completion.
+    private let requestProgress: [Progress]
+
+    // Guarded by the lock of `AsyncOperation`; released once the completion handler has run.
+    private var operations: [RequestOperation<Success, Failure>] = []
+
+    init(count: Int, failFast: Bool, completionQueue: DispatchQueue?, completion: Completion?) {
+        self.failFast = failFast
+        progress = Progress(totalUnitCount: Int64(count))
+        requestProgress = (0..<count).map { _ in Progress(totalUnitCount: 1) }
+        super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
+        for child in requestProgress {
+            progress.addChild(child, withPendingUnitCount: 1)
+        }
+    }
+
+    /// Called once, before the batch is queued.
+    func setOperations(_ operations: [RequestOperation<Success, Failure>]) {
+        operations.forEach(addDependency)
+        withLock { self.operations = operations }
+    }
+
+    func requestDidComplete(at index: Int, failed: Bool) {
+        requestProgress[index].completedUnitCount = 1
+        if failed && failFast {
+            cancelOperations()
+        }
+    }
+
+    /// Every request has finished: completes with their results, in input order.
+    public override func execute() {
+        guard let operations = ifNotCompleted({ self.operations }) else { return }
+        let results = operations.compactMap(\.result)
+        guard results.count == operations.count else {
+            // A request finished without a result: it was never run by a queue.
+            complete(with: .failure(RequestQueueError.cancelled))
+            return
+        }
+        complete(with: .success(results))
+    }
+
+    /// Cancels every request in the batch.
+    public override func cancelWork() {
+        cancelOperations()
+    }
+
+    /// Drops the requests.
+    public override func releaseResources() {
+        withLock { operations = [] }
+    }
+
+    private func cancelOperations() {
+        withLock { operations }.forEach { $0.cancel() }
+    }
+}

@@ -30,9 +30,9 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         super.init()
     }
 
-    /// Runs `body` while holding the operation's lock. Do not read `isExecuting`, `isFinished`,
-    /// or call `finish()` inside `body`: the lock is not recursive.
-    public final func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    /// Runs `body` while holding the operation's lock, which guards all of its state and its subclasses'.
+    /// Do not read `isExecuting`, `isFinished` or `isCancelled`, or call `finish()`, inside `body`: the lock is not recursive.
+    final func withLock<T>(_ body: () throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body()

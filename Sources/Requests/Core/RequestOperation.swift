@@ -80,6 +80,12 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         }
     }
 
+    /// Subclasses override this to start their work and call ``complete(with:)`` when it ends.
+    /// The default fails with ``RequestQueueError/misuse(_:)``, so a subclass that forgets still completes.
+    open override func execute() {
+        complete(with: .failure(RequestQueueError.misuse("\(type(of: self)) does not override execute()")))
+    }
+
     /// Stops work in progress when a cancellation has won. Called before the completion is scheduled,
     /// so the work is still there to stop. The default does nothing.
     open func cancelWork() {}

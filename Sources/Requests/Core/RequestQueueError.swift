@@ -21,6 +21,8 @@ public enum RequestQueueError: Error, CustomStringConvertible {
     /// An operation this one was built from (see `addRequest(after:)`) failed or was cancelled, so this
     /// request was never sent. Carries that operation's error.
     case dependencyFailed(Error)
+    /// The API was used in a way that cannot work; the message says how.
+    case misuse(String)
 
     /// Describes the error; for a status error it names the code.
     public var description: String {
@@ -37,6 +39,8 @@ public enum RequestQueueError: Error, CustomStringConvertible {
             return "The request was cancelled."
         case let .dependencyFailed(error):
             return "A request this one depends on failed: \(error)"
+        case let .misuse(message):
+            return "Requests was misused: \(message)"
         }
     }
 

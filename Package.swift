@@ -6,12 +6,20 @@ let package = Package(
     platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
     products: [
         .library(name: "Requests", targets: ["Requests"]),
+        // For users' own tests: URLProtocol stubs, a stubbed URLSession, and the loopback HTTP server.
+        .library(name: "RequestsTesting", targets: ["RequestsTesting", "RequestsTestServer"]),
+        .executable(name: "requests-demo", targets: ["RequestsDemo"]),
+        .executable(name: "requests-bench", targets: ["RequestsBenchmark"]),
     ],
     targets: [
         .target(name: "Requests"),
-        // A dependency-free HTTP/1.1 server on 127.0.0.1, used by the tests (and later the demo and benchmark).
+        // A dependency-free HTTP/1.1 server on 127.0.0.1, for tests, the demo and the benchmark.
         .target(name: "RequestsTestServer"),
+        .target(name: "RequestsTesting", dependencies: ["Requests", "RequestsTestServer"]),
+        .executableTarget(name: "RequestsDemo", dependencies: ["Requests", "RequestsTestServer"]),
+        .executableTarget(name: "RequestsBenchmark", dependencies: ["Requests", "RequestsTestServer"]),
         .testTarget(name: "RequestsTests", dependencies: ["Requests", "RequestsTestServer"]),
+        .testTarget(name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
         // Proves that code written for the original library still compiles in Swift 5 language mode.
         .testTarget(
             name: "RequestsSwift5Tests",

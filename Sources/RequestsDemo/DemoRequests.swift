@@ -1,0 +1,91 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+
+// The endpoints the demo talks to, each a small request type.
+
+/// Where the demo sends its requests.
+enum DemoServer {
+    /// Set once, before any request is made.
+    nonisolated(unsafe) static var baseURL = URL(fileURLWithPath: "/")
+
+    static func url(_ pathAndQuery: String) -> URL {
+        URL(string: baseURL.absoluteString + pathAndQuery) ?? baseURL
+    }
+
+    /// Adds the demo's routes to a loopback server.
+    static func addRoutes(to server: LoopbackServer) {
+        server.route("/demo/login") { request in
+            request.method == "POST" && request.query["user"] == "ada"
+                ? .json(#"{"token":"t-4da"}"#)
+                : .json(#"{"error":"unknown user","code":"E401"}"#, status: 401)
+        }
+        server.route("/demo/profile") { request in
+            request.headers["authorization"] == "Bearer t-4da"
+                ? .json(#"{"name":"Ada Lovelace","recipes":12}"#)
+                : .json(#"{"error":"bad token","code":"E401"}"#, status: 401)
+        }
+        server.route("/demo/recipe") { request in
+            let id = request.query["id"] ?? "?"
+            var response = LoopbackResponse.json(#"{"id":"\#(id)","name":"Recipe \#(id)"}"#)
+            response.delayMilliseconds = Int.random(in: 20...120)
+            return response
+        }
+        server.route("/demo/missing") { _ in
+            .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
+        }
+    }
+}
+
+struct Token: Decodable { let token: String }
+struct Profile: Decodable { let name: String; let recipes: Int }
+struct Recipe: Decodable { let id: String; let name: String }
+struct ServerError: Decodable { let error: String; let code: String }
+
+struct LoginRequest: DecodableRequest {
+    typealias Success = Token
+    typealias Failure = Error
+    let user: String
+    var identifier: String { "login-\(user)" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: DemoServer.url("/demo/login?user=\(user)"))
+        request.httpMethod = "POST"
+        completion(.success(request))
+    }
+}
+
+struct ProfileRequest: DecodableRequest {
+    typealias Success = Profile
+    typealias Failure = Error
+    let token: String
+    var identifier: String { "profile" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: DemoServer.url("/demo/profile"))
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        completion(.success(request))
+    }
+}
+
+struct RecipeRequest: DecodableRequest {
+    typealias Success = Recipe
+    typealias Failure = Error
+    let id: String
+    var identifier: String { "recipe-\(id)" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url("/demo/recipe?id=\(id)"))))
+    }
+}
+
+/// A request for a path, decoded as a recipe.
+struct PathRequest: DecodableRequest {
+    typealias Success = Recipe
+    typealias Failure = Error
+    let path: String
+    var identifier: String { path }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url(path))))
+    }
+}

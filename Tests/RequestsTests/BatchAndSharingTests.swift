@@ -97,6 +97,22 @@ final class BatchTests: XCTestCase {
         XCTAssertEqual(results.filter { $0.success != nil }.count, 5)
     }
 
+    func testProgressStaysExactWhenCompletionsArriveOnManyThreads() {
+        // Given batches whose requests are cancelled together, so completions run on many threads at once
+        for _ in 0..<10 {
+            let queue = OperationQueue()
+            queue.isSuspended = true
+            let batch = queue.addBatch((0..<300).map { GetData(url: server.url("/json?progress=\($0)")) }, session: testSession)
+            // When the batch is cancelled
+            batch.cancel()
+            queue.isSuspended = false
+            queue.waitUntilAllOperationsAreFinished()
+            // Then progress counted every request exactly once
+            XCTAssertEqual(batch.progress.completedUnitCount, 300)
+            XCTAssertEqual(batch.progress.fractionCompleted, 1.0, accuracy: 0.000_1)
+        }
+    }
+
     func testCancellingTheBatchCancelsEveryRequest() {
         // Given a batch of requests the server holds for 60 s, two in flight
         let queue = OperationQueue()
@@ -185,6 +201,46 @@ final class SharedRequestTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 2)
     }
 
+    func testANewCallerDoesNotJoinACallSomeoneElseCancelled() {
+        let path = TestServer.freshPath()
+        for round in 0..<20 {
+            // Given a shared call in flight
+            let queue = OperationQueue()
+            let request = GetData(url: server.url("\(path)?delay=100&round=\(round)"))
+            let first = queue.addSharedRequest(request, session: testSession)
+            // When the network call itself is cancelled by identifier, and a new caller arrives at once
+            queue.cancelRequests(identifier: request.identifier)
+            let next = queue.addSharedRequest(request, session: testSession)
+            queue.waitUntilAllOperationsAreFinished()
+            // Then the first caller got the call's cancellation, and the new one a new call of its own
+            XCTAssertTrue(first.result?.failure?.isRequestCancellation ?? false)
+            XCTAssertNotNil(next.result?.success, "round \(round): \(String(describing: next.result))")
+        }
+    }
+
+    func testACallersOwnCancellationGoesThroughMapError() {
+        struct Wrapped: Error { let underlying: Error }
+        struct Wrapping: DataRequest {
+            typealias Success = Data
+            typealias Failure = Error
+            let url: URL
+            var identifier: String { url.absoluteString }
+            func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+                completion(.success(URLRequest(url: url)))
+            }
+            func processData(_ data: Data) throws -> Data { data }
+            func mapError(_ error: Error) -> Error { Wrapped(underlying: error) }
+        }
+        let queue = OperationQueue()
+        let request = Wrapping(url: server.url("/delay/300?wrapping"))
+        let staying = queue.addSharedRequest(request, session: testSession)
+        let leaving = queue.addSharedRequest(request, session: testSession)
+        leaving.cancel()
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue((leaving.result?.failure as? Wrapped)?.underlying.isRequestCancellation ?? false, "\(String(describing: leaving.result))")
+        XCTAssertNotNil(staying.result?.success)
+    }
+
     func testTypedFailuresPassThroughUnchanged() {
         enum APIError: Error, Equatable { case status(Int), other }
         struct Typed: DataRequest {
@@ -228,6 +284,21 @@ final class ByIdentifierTests: XCTestCase {
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertTrue(queue.isRequestFinished(identifier: request.identifier))
         XCTAssertNil(queue.requestOperation(GetDecodable<ServedRecipe>.self, identifier: request.identifier))
+    }
+
+    func testChainedRequestsAreFoundByTheBuiltRequestsIdentifier() {
+        // Given a request built from another's result, in flight
+        let queue = OperationQueue()
+        let first = queue.addRequest(GetData(url: server.url("/json?chain-lookup")), session: testSession)
+        let built = GetData(url: server.url("/delay/60000?chain-lookup-built"))
+        let second = queue.addRequest(after: first, session: testSession) { _ in built }
+        waitUntil("the built request is registered") { !queue.isRequestFinished(identifier: built.identifier) }
+        // Then it is found, typed, and cancelled by that identifier
+        XCTAssertTrue(queue.requestOperation(GetData.self, identifier: built.identifier) === second)
+        queue.cancelRequests(identifier: built.identifier)
+        waitUntil("it finishes") { second.isFinished }
+        XCTAssertTrue(second.result?.failure?.isRequestCancellation ?? false)
+        XCTAssertTrue(queue.isRequestFinished(identifier: built.identifier))
     }
 
     func testCancelByIdentifier() {

@@ -29,11 +29,11 @@ extension OperationQueue {
             completionQueue: completionQueue ?? underlyingQueue,
             completion: completion
         )
-        let operations = requests.enumerated().map { index, request in
+        let operations = requests.map { request in
             makeOperation(for: request, session: session, completionQueue: nil) { [weak batch] result in
                 let failed: Bool
                 if case .failure = result { failed = true } else { failed = false }
-                batch?.requestDidComplete(at: index, failed: failed)
+                batch?.requestDidComplete(failed: failed)
             }
         }
         batch.setOperations(operations)
@@ -52,20 +52,15 @@ public final class BatchOperation<Success, Failure: Error>:
     public let progress: Progress
 
     private let failFast: Bool
-    /// One child of `progress` per request; each is written once, by its own request's completion.
-    private let requestProgress: [Progress]
 
-    // Guarded by the lock of `AsyncOperation`; released once the completion handler has run.
+    // Guarded by the lock of `AsyncOperation`; `operations` is released once the completion handler has run.
     private var operations: [RequestOperation<Success, Failure>] = []
+    private var completedCount: Int64 = 0
 
     init(count: Int, failFast: Bool, completionQueue: DispatchQueue?, completion: Completion?) {
         self.failFast = failFast
         progress = Progress(totalUnitCount: Int64(count))
-        requestProgress = (0..<count).map { _ in Progress(totalUnitCount: 1) }
         super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
-        for child in requestProgress {
-            progress.addChild(child, withPendingUnitCount: 1)
-        }
     }
 
     /// Called once, before the batch is queued.
@@ -74,8 +69,14 @@ public final class BatchOperation<Success, Failure: Error>:
         withLock { self.operations = operations }
     }
 
-    func requestDidComplete(at index: Int, failed: Bool) {
-        requestProgress[index].completedUnitCount = 1
+    /// Counts a completed request. `Progress` on Linux has no lock of its own and completions arrive on
+    /// several threads, so it is written under the operation's lock (do not read the batch's state from a
+    /// progress observer).
+    func requestDidComplete(failed: Bool) {
+        withLock {
+            completedCount += 1
+            progress.completedUnitCount = completedCount
+        }
         if failed && failFast {
             cancelOperations()
         }

@@ -26,6 +26,7 @@ extension OperationQueue {
     ) -> RequestOperation<T.Success, Error> {
         let operation = ChainedRequestOperation(
             after: previous,
+            queue: self,
             session: session,
             completionQueue: completionQueue ?? underlyingQueue,
             makeRequest: makeRequest,
@@ -42,6 +43,8 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
     RequestOperation<T.Success, Error>, @unchecked Sendable
 {
     private let session: URLSession
+    /// The queue it runs on, to register the built request for lookup by identifier.
+    private let queueID: ObjectIdentifier
 
     // All guarded by the lock of `AsyncOperation`; released once the completion handler has run.
     private var previous: RequestOperation<Input, InputFailure>?
@@ -50,12 +53,14 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
 
     init(
         after previous: RequestOperation<Input, InputFailure>,
+        queue: OperationQueue,
         session: URLSession,
         completionQueue: DispatchQueue?,
         makeRequest: @escaping (Input) throws -> T,
         completion: Completion?
     ) {
         self.session = session
+        self.queueID = ObjectIdentifier(queue)
         self.previous = previous
         self.makeRequest = makeRequest
         super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
@@ -75,6 +80,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
                 complete(with: .failure(error))
                 return
             }
+            register(requestType: T.self, key: RequestRegistry.Key(queue: queueID, identifier: request.identifier))
             let operation = request.makeOperation(session: session, completionQueue: nil) { result in
                 self.complete(with: result.mapError { $0 })
             }

@@ -21,12 +21,14 @@ extension OperationQueue {
         let cancellation = OperationCancellation()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let operation = addRequest(
-                    request, session: session, completionQueue: nil, dependencies: dependencies
-                ) { result in
+                let operation = makeOperation(for: request, session: session, completionQueue: nil) { result in
                     continuation.resume(with: result.mapError { $0 })
                 }
+                dependencies.forEach(operation.addDependency)
+                // Attach before queueing, so that a Task cancelled already cancels the operation before any
+                // thread of the queue can start it, and nothing is sent.
                 cancellation.attach(operation)
+                addOperation(operation)
             }
         } onCancel: {
             cancellation.cancel()

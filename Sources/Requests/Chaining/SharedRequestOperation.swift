@@ -50,8 +50,13 @@ final class SharedRequestOperation<Success, Failure: Error>: RequestOperation<Su
         completion: Completion?
     ) {
         self.call = call
-        // The call's failures are already mapped; only this caller's own cancellation needs mapping.
-        super.init(completionQueue: completionQueue, mapError: { ($0 as? Failure) ?? mapError($0) }, completion: completion)
+        // The call's failures are already mapped and arrive wrapped; everything else (this caller's own
+        // cancellation) goes through the request's mapError.
+        super.init(
+            completionQueue: completionQueue,
+            mapError: { ($0 as? MappedFailure<Failure>)?.failure ?? mapError($0) },
+            completion: completion
+        )
         addDependency(call.operation)
     }
 
@@ -61,7 +66,7 @@ final class SharedRequestOperation<Success, Failure: Error>: RequestOperation<Su
         case let .success(value)?:
             complete(with: .success(value))
         case let .failure(error)?:
-            complete(with: .failure(error))
+            complete(with: .failure(MappedFailure(failure: error)))
         case nil:
             complete(with: .failure(RequestQueueError.cancelled))
         }
@@ -74,6 +79,11 @@ final class SharedRequestOperation<Success, Failure: Error>: RequestOperation<Su
     override func releaseResources() {
         withLock { call = nil }
     }
+}
+
+/// A failure the shared call has already passed through the request's `mapError`.
+private struct MappedFailure<Failure: Error>: Error {
+    let failure: Failure
 }
 
 /// A network call and the number of callers that still want it.
@@ -121,11 +131,12 @@ final class SharedCalls: @unchecked Sendable {
     private let lock = NSLock()
     private var calls: [SharedCallKey: AnyObject] = [:]
 
-    /// Joins the call in flight for `key`, or makes a new one with `makeCall` and joins that.
+    /// Joins the call in flight for `key` (one without a result yet, that not every caller has abandoned),
+    /// or makes a new one with `makeCall` and joins that.
     func join<S, F>(_ key: SharedCallKey, makeCall: () -> SharedCall<S, F>) -> (call: SharedCall<S, F>, isNew: Bool) {
         lock.lock()
         defer { lock.unlock() }
-        if let existing = calls[key] as? SharedCall<S, F>, existing.tryJoin() {
+        if let existing = calls[key] as? SharedCall<S, F>, existing.operation.result == nil, existing.tryJoin() {
             return (existing, false)
         }
         let call = makeCall()

@@ -63,6 +63,16 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         complete(with: .failure(RequestQueueError.cancelled), fromCancel: true)
     }
 
+    /// Registers this already-running operation for lookup by identifier, once the request it runs is known.
+    final func register<T>(requestType: T.Type, key: RequestRegistry.Key) {
+        guard ifNotCompleted({ registryKey = key }) != nil else { return }
+        RequestRegistry.shared.add(self, requestType: requestType, for: key)
+        if ifNotCompleted({ true }) == nil {
+            // Completed between the two steps, so its own removal found nothing to remove.
+            RequestRegistry.shared.remove(self, for: key)
+        }
+    }
+
     /// Records an operation built from this one's result.
     final func addChainedDependent() {
         withLock { liveChainedDependents += 1 }

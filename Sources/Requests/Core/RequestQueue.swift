@@ -87,9 +87,11 @@ extension OperationQueue: RequestQueue {
             completionQueue: completionQueue ?? underlyingQueue,
             completion: completion
         )
+        // The key is set before the operation becomes reachable through the registry, so that whoever
+        // completes it (for example cancelRequests(identifier:)) also removes it.
         let key = RequestRegistry.Key(queue: self, identifier: request.identifier)
-        RequestRegistry.shared.add(operation, requestType: T.self, for: key)
         operation.withLock { operation.registryKey = key }
+        RequestRegistry.shared.add(operation, requestType: T.self, for: key)
         return operation
     }
 
@@ -124,7 +126,11 @@ final class RequestRegistry: @unchecked Sendable {
         let identifier: String
 
         init(queue: OperationQueue, identifier: String) {
-            self.queue = ObjectIdentifier(queue)
+            self.init(queue: ObjectIdentifier(queue), identifier: identifier)
+        }
+
+        init(queue: ObjectIdentifier, identifier: String) {
+            self.queue = queue
             self.identifier = identifier
         }
     }

@@ -1,2 +1,0 @@
-/// Test support for code that uses Requests. See docs/testing.md.
-public enum RequestsTesting {}

@@ -1,1 +1,389 @@
-print("requests-bench")
+// requests-bench: the library against raw URLSession, side by side, in one run.
+//
+//   swift run -c release requests-bench                       # nginx if installed, else the embedded server
+//   swift run -c release requests-bench --server embedded
+//   swift run -c release requests-bench --url http://127.0.0.1:8080 [--path /json]
+//   swift run requests-bench --smoke                          # quick; exits non-zero if a section has no number
+//   swift run -c release requests-bench --write docs/benchmarks.md
+//
+// Everything here runs on the main thread and waits on semaphores; the work itself runs on the
+// sessions' delegate queues and the operation queues' threads, never on the main run loop.
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// MARK: - Arguments
+
+enum ServerChoice: String {
+    case embedded, nginx
+}
+
+/// The parts of the benchmark; `--only` picks some.
+enum Part: String, CaseIterable {
+    case throughput, memory, cancel, decode
+}
+
+struct Options {
+    var smoke = false
+    var writePath: String?
+    var baseURL: String?
+    var path = "/json"
+    var server: ServerChoice?
+    var requests: Int?
+    var rounds: Int?
+    var only: Set<Part> = Set(Part.allCases)
+    var concurrencies: [Int]?
+
+    static let usage = """
+        usage: requests-bench [--smoke] [--write FILE.md] [--server embedded|nginx]
+                              [--url http://host:port] [--path /json] [--requests N] [--rounds N]
+
+          --smoke            tiny counts; exits 0 only if every section produced a number
+          --write FILE       also write the results as Markdown to FILE
+          --server KIND      throughput server: nginx (default when installed) or embedded
+          --url BASE         measure throughput against BASE + --path instead (an external server)
+          --path PATH        path requested on --url (default /json)
+          --requests N       requests per throughput run (default 2000, smoke 100)
+          --rounds N         alternating rounds per concurrency (default 9, smoke 2)
+          --only PARTS       comma-separated subset of throughput,memory,cancel,decode
+          --concurrency LIST throughput concurrencies (default 1,16,64)
+        """
+
+    struct UsageError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        var options = Options()
+        var remaining = arguments[...]
+        func value(for flag: String) throws -> String {
+            guard let next = remaining.popFirst(), !next.hasPrefix("--") else {
+                throw UsageError(description: "\(flag) needs a value")
+            }
+            return next
+        }
+        func positive(for flag: String) throws -> Int {
+            let text = try value(for: flag)
+            guard let number = Int(text), number > 0 else { throw UsageError(description: "\(flag): not a positive number: \(text)") }
+            return number
+        }
+        while let argument = remaining.popFirst() {
+            switch argument {
+            case "--smoke": options.smoke = true
+            case "--write": options.writePath = try value(for: argument)
+            case "--url": options.baseURL = try value(for: argument)
+            case "--path":
+                let path = try value(for: argument)
+                options.path = path.hasPrefix("/") ? path : "/" + path
+            case "--server":
+                let text = try value(for: argument)
+                guard let choice = ServerChoice(rawValue: text) else {
+                    throw UsageError(description: "--server must be embedded or nginx, not \(text)")
+                }
+                options.server = choice
+            case "--requests": options.requests = try positive(for: argument)
+            case "--rounds": options.rounds = try positive(for: argument)
+            case "--concurrency":
+                let text = try value(for: argument)
+                let values = text.split(separator: ",").map { Int($0) }
+                guard !values.isEmpty, values.allSatisfy({ ($0 ?? 0) > 0 }) else {
+                    throw UsageError(description: "--concurrency takes positive numbers such as 1,16,64, not \(text)")
+                }
+                options.concurrencies = values.compactMap { $0 }
+            case "--only":
+                let text = try value(for: argument)
+                let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
+                guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode, not \(text)")
+                }
+                options.only = Set(parts.compactMap { $0 })
+            case "-h", "--help":
+                print(usage)
+                exit(0)
+            default:
+                throw UsageError(description: "unknown argument: \(argument)")
+            }
+        }
+        if options.baseURL != nil, options.server != nil {
+            throw UsageError(description: "--url and --server exclude each other")
+        }
+        return options
+    }
+}
+
+/// How much work each section does.
+struct Counts {
+    var requestsPerRun: Int
+    var rounds: Int
+    var warmup: Int
+    var queued: Int
+    var cancelled: Int
+    var jsonBytes: Int
+    var decodeRounds: Int
+    var concurrencies = [1, 16, 64]
+    let cancelConcurrency = 16
+
+    static let full = Counts(requestsPerRun: 2000, rounds: 9, warmup: 300, queued: 100_000, cancelled: 10_000,
+                             jsonBytes: 10_000_000, decodeRounds: 5)
+    static let smoke = Counts(requestsPerRun: 100, rounds: 2, warmup: 20, queued: 1_000, cancelled: 500,
+                              jsonBytes: 1_000_000, decodeRounds: 1)
+}
+
+func log(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+
+func fail(_ message: String, code: Int32) -> Never {
+    log("requests-bench: \(message)")
+    exit(code)
+}
+
+let options: Options
+do {
+    options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
+} catch {
+    log("requests-bench: \(error)")
+    log(Options.usage)
+    exit(2)
+}
+var counts = options.smoke ? Counts.smoke : Counts.full
+if let requests = options.requests { counts.requestsPerRun = requests }
+if let rounds = options.rounds { counts.rounds = rounds }
+if let concurrencies = options.concurrencies { counts.concurrencies = concurrencies }
+
+#if DEBUG
+let buildConfiguration = "debug"
+#else
+let buildConfiguration = "release"
+#endif
+let runStart = ResourceUsage.now()
+let startDate = Date()
+let loadAtStart = ResourceUsage.loadAverage()
+
+// MARK: - Servers
+
+/// One GET with a 10 s timeout; the error text, or `nil` on a 2xx answer.
+func probe(_ url: URL) -> String? {
+    let session = makeSession(maxConnectionsPerHost: 1)
+    defer { session.finishTasksAndInvalidate() }
+    var request = URLRequest(url: url)
+    request.timeoutInterval = 10
+    let outcome = ProbeOutcome()
+    let done = DispatchSemaphore(value: 0)
+    session.dataTask(with: request) { _, response, error in
+        if let error {
+            outcome.set("\(error.localizedDescription)")
+        } else if let status = (response as? HTTPURLResponse)?.statusCode, !(200..<300).contains(status) {
+            outcome.set("HTTP status \(status)")
+        }
+        done.signal()
+    }.resume()
+    guard done.wait(timeout: .now() + 15) == .success else { return "no answer within 15 s" }
+    return outcome.message
+}
+
+final class ProbeOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: String?
+    func set(_ message: String) { lock.withLock { stored = message } }
+    var message: String? { lock.withLock { stored } }
+}
+
+let embedded: LoopbackServer
+do {
+    embedded = try LoopbackServer()
+} catch {
+    fail("cannot start the embedded LoopbackServer: \(error)", code: 1)
+}
+
+var nginx: NginxServer?
+var throughputURL: URL
+var serverDescription: String
+var cpuNote: String
+let embeddedCPUNote = "with the embedded server, the server's CPU is in this process and counted on both sides"
+
+if let base = options.baseURL {
+    let trimmed = base.hasSuffix("/") ? String(base.dropLast()) : base
+    guard let url = URL(string: trimmed + options.path), let scheme = url.scheme?.lowercased(),
+          scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
+        fail("--url must be an http(s) base URL such as http://127.0.0.1:8080, not \(base)", code: 2)
+    }
+    if let problem = probe(url) {
+        fail("\(url.absoluteString) does not answer: \(problem)", code: 2)
+    }
+    throughputURL = url
+    serverDescription = "external server at \(url.absoluteString)"
+    cpuNote = "the server's CPU is not counted, unless it runs inside this process"
+} else {
+    throughputURL = embedded.url("/json")
+    serverDescription = "embedded LoopbackServer (in-process, one thread per connection) at \(throughputURL.absoluteString)"
+    cpuNote = embeddedCPUNote
+    if options.server != .embedded {
+        if let executable = NginxServer.findExecutable() {
+            do {
+                let server = try NginxServer(executable: executable)
+                let url = server.baseURL.appendingPathComponent("json")
+                if let problem = probe(url) {
+                    server.stop()
+                    log("requests-bench: nginx does not answer (\(problem)); falling back to the embedded server")
+                    serverDescription += " — fallback: nginx did not answer"
+                } else {
+                    nginx = server
+                    NginxServer.runningPID = server.processIdentifier
+                    throughputURL = url
+                    let version = (ResourceUsage.run(executable, ["-v"], includeStandardError: true) ?? "nginx")
+                        .replacingOccurrences(of: "nginx version: nginx/", with: "nginx ")
+                    serverDescription = "\(version) (separate process, 1 worker, keep-alive) at \(url.absoluteString)"
+                    cpuNote = "with nginx, the server's CPU is in another process and NOT counted"
+                }
+            } catch {
+                log("requests-bench: \(error); falling back to the embedded server")
+                serverDescription += " — fallback: nginx did not start"
+            }
+        } else {
+            log("requests-bench: nginx not found on PATH or at /usr/sbin/nginx; using the embedded server")
+            serverDescription += " — fallback: nginx not installed (apt-get install -y nginx-light)"
+        }
+    }
+}
+
+// Stop nginx if the run is interrupted.
+signal(SIGINT) { _ in
+    if NginxServer.runningPID > 0 { kill(NginxServer.runningPID, SIGTERM) }
+    _exit(130)
+}
+
+log("requests-bench (\(buildConfiguration) build\(options.smoke ? ", smoke" : ""))")
+log("throughput server: \(serverDescription)")
+
+// MARK: - Measurements
+
+func timed<T>(_ title: String, _ body: () -> T) -> T {
+    log(title + "…")
+    let start = ResourceUsage.now()
+    let value = body()
+    log(String(format: "  done in %.1f s", ResourceUsage.now() - start))
+    return value
+}
+
+var sections: [Section] = []
+if options.only.contains(.throughput) {
+    let cells: [ThroughputCell] = timed("1–2. Throughput and CPU per request") {
+        counts.concurrencies.map { concurrency in
+            measureThroughput(url: throughputURL, concurrency: concurrency, requests: counts.requestsPerRun,
+                              warmup: counts.warmup, rounds: counts.rounds, log: log)
+        }
+    }
+    sections += throughputSections(cells, requestsPerRun: counts.requestsPerRun, rounds: counts.rounds,
+                                   serverDescription: serverDescription, cpuNote: cpuNote)
+}
+nginx?.stop()
+NginxServer.runningPID = 0
+
+if options.only.contains(.memory) {
+    let memory = timed("3. Resident memory per queued request (\(counts.queued) queued)") {
+        measureQueuedMemory(url: embedded.url("/json"), count: counts.queued)
+    }
+    sections.append(memorySection(memory, queued: counts.queued))
+}
+if options.only.contains(.cancel) {
+    let cancellation = timed("4. Cancellation latency (\(counts.cancelled) queued)") {
+        var figures = CancellationFigures()
+        figures.plain = measureCancellation(server: embedded, count: counts.cancelled,
+                                            concurrency: counts.cancelConcurrency, suspend: false)
+        log(String(format: "  plain: %.0f ms", figures.plain.latencySeconds * 1000))
+        figures.suspended = measureCancellation(server: embedded, count: counts.cancelled,
+                                                concurrency: counts.cancelConcurrency, suspend: true)
+        log(String(format: "  suspended around the call: %.0f ms", figures.suspended.latencySeconds * 1000))
+        let baseline = measureOperationCancellation(count: counts.cancelled, concurrency: counts.cancelConcurrency)
+        figures.baselineCallSeconds = baseline.callSeconds
+        figures.baselineDrainSeconds = baseline.drainSeconds
+        figures.baselineStartedDuringCancel = baseline.startedDuringCancel
+        return figures
+    }
+    sections.append(cancellationSection(cancellation, concurrency: counts.cancelConcurrency))
+}
+if options.only.contains(.decode) {
+    let decode: DecodeFigures = timed("5. Decoding a \(counts.jsonBytes / 1_000_000) MB JSON body") {
+        do {
+            let body = try makeItemsJSON(targetBytes: counts.jsonBytes)
+            return measureDecode(server: embedded, body: body, rounds: counts.decodeRounds)
+        } catch {
+            log("  could not generate the JSON: \(error)")
+            return DecodeFigures()
+        }
+    }
+    sections.append(decodeSection(decode, rounds: counts.decodeRounds))
+}
+embedded.stop()
+let runSeconds = ResourceUsage.now() - runStart
+
+// MARK: - Table
+
+let missing = sections.flatMap(\.missingNumbers)
+let missed = sections.flatMap(\.missedGoals)
+
+print("")
+print("requests-bench — \(buildConfiguration) build\(options.smoke ? ", smoke counts" : ""), \(fixed(runSeconds, 1)) s")
+print("")
+print(plainTextTable(sections))
+if missed.isEmpty {
+    print("Every goal met.")
+} else {
+    print("Goals missed: " + missed.joined(separator: "; "))
+}
+if !missing.isEmpty {
+    print("NO NUMBER for: " + missing.joined(separator: "; "))
+}
+
+// MARK: - Markdown
+
+if let writePath = options.writePath {
+    let arguments = CommandLine.arguments.dropFirst().joined(separator: " ")
+    let command = buildConfiguration == "release"
+        ? "swift run -c release requests-bench \(arguments)"
+        : "swift run requests-bench \(arguments)"
+    let dateFormatter = ISO8601DateFormatter()
+    dateFormatter.formatOptions = [.withInternetDateTime]
+    let processors = ProcessInfo.processInfo.activeProcessorCount
+    let goalsLine = missed.isEmpty
+        ? "Every goal was met in this run."
+        : "**Goals missed in this run:** " + missed.joined(separator: "; ") + ". See the notes under each table."
+    let markdown = """
+        # Benchmarks
+
+        Written by `requests-bench`; rerun the command to refresh it. The machine is noisy, so the throughput
+        runs of the library and of raw `URLSession` alternate and the table gives medians.
+
+        - **Command:** `\(command.trimmingCharacters(in: .whitespaces))` (\(buildConfiguration) build; the whole run took \(fixed(runSeconds, 0)) s)
+        - **Date:** \(dateFormatter.string(from: startDate))
+        - **Machine:** `\(ResourceUsage.uname())`; \(processors) cores (\(ResourceUsage.cpuModel())); \(ResourceUsage.memoryTotal()) memory
+        - **Load:** 1-minute load average \(loadAtStart) at the start and \(ResourceUsage.loadAverage()) at the end (other work was running on the machine if it is well above 0)
+        - **Swift:** \(ResourceUsage.swiftVersion())
+        - **Throughput server:** \(serverDescription). Sections 3–5 use the embedded `LoopbackServer`.
+        - **CPU accounting:** \(cpuNote).
+
+        \(goalsLine)
+
+        \(markdownTables(sections))
+        """
+    do {
+        let directory = URL(fileURLWithPath: writePath).deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try markdown.write(toFile: writePath, atomically: true, encoding: .utf8)
+        log("wrote \(writePath)")
+    } catch {
+        fail("cannot write \(writePath): \(error)", code: 1)
+    }
+}
+
+exit(missing.isEmpty ? 0 : 1)

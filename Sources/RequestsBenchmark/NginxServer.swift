@@ -1,0 +1,170 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An nginx started for the benchmark: one worker, keep-alive, on 127.0.0.1, with its config, pid file
+/// and logs in a temporary directory. ``stop()`` ends it by its process id and removes the directory.
+final class NginxServer {
+    /// The body served at `/json`: the same recipe the embedded server's `/json` returns.
+    static let jsonBody = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// The pid of the running nginx, for a signal handler to stop it; 0 when none runs.
+    nonisolated(unsafe) static var runningPID: pid_t = 0
+
+    let executable: String
+    let port: UInt16
+    let baseURL: URL
+    private let directory: URL
+    private let process: Process
+
+    /// `nginx` on `PATH`, else `/usr/sbin/nginx`, if either is executable.
+    static func findExecutable() -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        let candidates = path.split(separator: ":").map { "\($0)/nginx" } + ["/usr/sbin/nginx", "/usr/local/sbin/nginx"]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// Starts nginx and waits until it accepts connections (a few tries, in case the chosen port is taken meanwhile).
+    init(executable: String) throws {
+        let launched = try Self.launch(executable: executable)
+        self.executable = executable
+        self.port = launched.port
+        self.baseURL = launched.url
+        self.directory = launched.directory
+        self.process = launched.process
+    }
+
+    private static func launch(executable: String) throws -> (port: UInt16, url: URL, directory: URL, process: Process) {
+        var lastError = Failure(description: "nginx did not start")
+        for _ in 0..<3 {
+            let directory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("requests-bench-nginx-\(UUID().uuidString)")
+            do {
+                let port = try freePort()
+                guard let url = URL(string: "http://127.0.0.1:\(port)") else {
+                    throw Failure(description: "bad port \(port)")
+                }
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+                try config(directory: directory.path, port: port)
+                    .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: executable)
+                process.arguments = ["-p", directory.path + "/", "-c", directory.path + "/nginx.conf",
+                                     "-e", directory.path + "/error.log"]
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                if waitUntilListening(port: port, process: process) {
+                    return (port, url, directory, process)
+                }
+                if process.isRunning {
+                    kill(process.processIdentifier, SIGTERM)
+                    process.waitUntilExit()
+                }
+                let log = (try? String(contentsOf: directory.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
+                lastError = Failure(description: "nginx did not start: \(log.trimmingCharacters(in: .whitespacesAndNewlines))")
+            } catch let error as Failure {
+                lastError = error
+            } catch {
+                lastError = Failure(description: "nginx did not start: \(error)")
+            }
+            try? FileManager.default.removeItem(at: directory)
+        }
+        throw lastError
+    }
+
+    var processIdentifier: pid_t { process.processIdentifier }
+
+    /// Sends SIGTERM to the nginx master (by its pid), waits for it, and removes the temporary directory.
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private static func config(directory: String, port: UInt16) -> String {
+        """
+        daemon off;
+        master_process on;
+        worker_processes 1;
+        pid \(directory)/nginx.pid;
+        error_log \(directory)/error.log warn;
+        events { worker_connections 1024; }
+        http {
+            access_log off;
+            client_body_temp_path \(directory)/client_body;
+            proxy_temp_path \(directory)/proxy;
+            fastcgi_temp_path \(directory)/fastcgi;
+            uwsgi_temp_path \(directory)/uwsgi;
+            scgi_temp_path \(directory)/scgi;
+            keepalive_timeout 65s;
+            keepalive_requests 1000000;
+            tcp_nodelay on;
+            server {
+                listen 127.0.0.1:\(port);
+                location /json {
+                    default_type application/json;
+                    return 200 '\(jsonBody)';
+                }
+            }
+        }
+
+        """
+    }
+
+    /// Asks the kernel for a free port on 127.0.0.1 (bind to port 0, read it, close).
+    private static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket failed") }
+        defer { close(fd) }
+        var address = loopback(port: 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0 else { throw Failure(description: "bind failed") }
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { throw Failure(description: "getsockname failed") }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    private static func loopback(port: UInt16) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = in_addr_t(0x7f00_0001).bigEndian
+        return address
+    }
+
+    /// Tries to connect every 20 ms for up to 5 s; `false` if nginx exits or never listens.
+    private static func waitUntilListening(port: UInt16, process: Process) -> Bool {
+        let deadline = ResourceUsage.now() + 5
+        while ResourceUsage.now() < deadline {
+            guard process.isRunning else { return false }
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            if fd >= 0 {
+                var address = loopback(port: port)
+                let connected = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                    }
+                }
+                close(fd)
+                if connected == 0 { return process.isRunning }
+            }
+            usleep(20_000)
+        }
+        return false
+    }
+}

@@ -210,6 +210,26 @@ final class CancellationTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 0)
     }
 
+    func testCancelAllOperationsDoesNotLetTheQueueSendWhatItHasNotReached() {
+        // Given 3,000 requests, 16 in flight on a slow route and the rest queued
+        let path = TestServer.freshPath()
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 16
+        let results = Recorder<Result<Data, Error>>()
+        for index in 0..<3_000 {
+            queue.addRequest(GetData(url: server.url("\(path)?delay=5000&i=\(index)")), session: testSession) { results.append($0) }
+        }
+        waitUntil("16 requests are in flight") { self.server.requestCount(path: path) >= 16 }
+        // When all are cancelled
+        queue.cancelAllOperations()
+        waitUntil("every completion") { results.count == 3_000 }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then each completed once, with cancellation, and the queue did not start (and send) the queued ones
+        // while cancelAllOperations() worked through them (task.cancel() blocks; it must not block the canceller)
+        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation ?? false })
+        XCTAssertLessThan(server.requestCount(path: path), 200, "requests sent while being cancelled")
+    }
+
     func testCancelAllOperationsCompletesEveryRequestOnce() {
         // Given 200 requests, some in flight and most queued
         let queue = OperationQueue()

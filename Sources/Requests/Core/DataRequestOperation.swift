@@ -52,8 +52,13 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     /// Cancels the data task, if there is one.
+    ///
+    /// `URLSessionTask.cancel()` waits for the session's internal queue (about a millisecond on Linux), so it
+    /// runs on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl,
+    /// and the queue would start (and send) the requests it had not reached yet.
     public final override func cancelWork() {
-        withLock { task }?.cancel()
+        guard let task = withLock({ task }) else { return }
+        DispatchQueue.global().async { task.cancel() }
     }
 
     /// Drops the request and the task.
@@ -81,11 +86,15 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             let task = session.dataTask(with: urlRequest) { data, response, error in
                 receiver.receive(data: data, response: response, error: error)
             }
-            // Resume outside the lock: a cancel that lands first cancels the suspended task, and then
-            // resume() does nothing, so a cancelled request is never sent.
-            if ifNotCompleted({ self.task = task }) != nil {
-                task.resume()
-            } else {
+            // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
+            // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
+            // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
+            guard ifNotCompleted({ self.task = task }) != nil else {
+                task.cancel()
+                return
+            }
+            task.resume()
+            if ifNotCompleted({ true }) == nil {
                 task.cancel()
             }
         }

@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode
+    case throughput, memory, cancel, decode, overhead
 }
 
 struct Options {
@@ -54,7 +54,7 @@ struct Options {
           --path PATH        path requested on --url (default /json)
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
-          --only PARTS       comma-separated subset of throughput,memory,cancel,decode
+          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead
           --concurrency LIST throughput concurrencies (default 1,16,64)
         """
 
@@ -103,7 +103,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "-h", "--help":
@@ -323,6 +323,11 @@ if options.only.contains(.decode) {
         }
     }
     sections.append(decodeSection(decode, rounds: counts.decodeRounds))
+}
+if options.only.contains(.overhead) {
+    let count = options.smoke ? 2_000 : 50_000
+    let rounds = options.smoke ? 1 : 5
+    sections.append(timed("6. Operation overhead without the network") { overheadSection(count: count, rounds: rounds) })
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

@@ -136,7 +136,7 @@ final class SharedCalls: @unchecked Sendable {
     func join<S, F>(_ key: SharedCallKey, makeCall: () -> SharedCall<S, F>) -> (call: SharedCall<S, F>, isNew: Bool) {
         lock.lock()
         defer { lock.unlock() }
-        if let existing = calls[key] as? SharedCall<S, F>, existing.operation.result == nil, existing.tryJoin() {
+        if let existing = calls[key] as? SharedCall<S, F>, !existing.operation.hasCompleted, existing.tryJoin() {
             return (existing, false)
         }
         let call = makeCall()
@@ -150,7 +150,7 @@ final class SharedCalls: @unchecked Sendable {
     func removeCompletedCall<S, F>(_ key: SharedCallKey, of _: SharedCall<S, F>.Type) {
         lock.lock()
         defer { lock.unlock() }
-        if let call = calls[key] as? SharedCall<S, F>, call.operation.result != nil {
+        if let call = calls[key] as? SharedCall<S, F>, call.operation.hasCompleted {
             calls[key] = nil
         }
     }

@@ -80,7 +80,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         case let .failure(error):
             complete(with: .failure(error))
         case let .success(urlRequest):
-            guard ifNotCompleted({ true }) ?? false else { return }
+            guard !hasCompleted else { return }
             // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
             let receiver: any DataTaskReceiver = self
             let task = session.dataTask(with: urlRequest) { data, response, error in
@@ -94,7 +94,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
                 return
             }
             task.resume()
-            if ifNotCompleted({ true }) == nil {
+            if hasCompleted {
                 task.cancel()
             }
         }

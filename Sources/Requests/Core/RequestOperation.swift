@@ -52,6 +52,11 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         complete(with: outcome, fromCancel: false)
     }
 
+    /// `true` once an outcome (a result or the cancellation) has been claimed, slightly before ``result`` is set.
+    final var hasCompleted: Bool {
+        withLock { isCompleted }
+    }
+
     /// Runs `body` under the lock if the operation has not completed yet; returns `nil` if it has.
     final func ifNotCompleted<T>(_ body: () -> T) -> T? {
         withLock { isCompleted ? nil : body() }
@@ -67,7 +72,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     final func register<T>(requestType: T.Type, key: RequestRegistry.Key) {
         guard ifNotCompleted({ registryKey = key }) != nil else { return }
         RequestRegistry.shared.add(self, requestType: requestType, for: key)
-        if ifNotCompleted({ true }) == nil {
+        if hasCompleted {
             // Completed between the two steps, so its own removal found nothing to remove.
             RequestRegistry.shared.remove(self, for: key)
         }

@@ -100,6 +100,14 @@ public final class LoopbackServer: @unchecked Sendable {
         core.withLock { core.routes[path] = handler }
     }
 
+    /// Answers the requests to `path` with `responses` in turn: the first request gets the first response,
+    /// the second the second, and every request after the last gets the last again. For example a 503 with
+    /// `Retry-After: 1`, then a 200. Replaces any route for `path`; ``requestCount(path:)`` counts the attempts.
+    public func script(_ path: String, _ responses: [LoopbackResponse]) {
+        let script = ResponseScript(responses)
+        route(path) { _ in script.next() }
+    }
+
     /// The number of requests fully received for `path` (query excluded), counted before the handler runs or a delay starts.
     public func requestCount(path: String) -> Int {
         core.withLock { core.requestCounts[path] ?? 0 }
@@ -338,5 +346,24 @@ final class ServerCore: @unchecked Sendable {
             let count = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if count == 0 || (count < 0 && errno != EINTR) { return }
         }
+    }
+}
+
+/// The state of a ``LoopbackServer/script(_:_:)``: which response comes next.
+private final class ResponseScript: @unchecked Sendable {
+    private let lock = NSLock()
+    private let responses: [LoopbackResponse]
+    private var index = 0
+
+    init(_ responses: [LoopbackResponse]) {
+        self.responses = responses.isEmpty ? [LoopbackResponse(status: 500)] : responses
+    }
+
+    func next() -> LoopbackResponse {
+        lock.lock()
+        defer { lock.unlock() }
+        let response = responses[min(index, responses.count - 1)]
+        index += 1
+        return response
     }
 }

@@ -310,4 +310,33 @@ final class LoopbackServerTests: XCTestCase {
         XCTFail("the server did not close the connection")
         return String(decoding: received, as: UTF8.self)
     }
+
+    func testScriptedResponsesComeInTurnAndTheLastRepeats() {
+        // Given a script: 503 with Retry-After, then 200
+        let server = try! LoopbackServer()
+        defer { server.stop() }
+        server.script("/flaky", [
+            LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data("busy".utf8)),
+            .text("ok"),
+        ])
+        let session = URLSession(configuration: .ephemeral)
+        defer { session.finishTasksAndInvalidate() }
+        // When it is requested three times
+        let statuses = Recorder<Int>()
+        let retryAfter = Box<String?>(nil)
+        for _ in 0..<3 {
+            let done = expectation(description: "response")
+            session.dataTask(with: server.url("/flaky")) { _, response, _ in
+                let http = response as? HTTPURLResponse
+                statuses.append(http?.statusCode ?? -1)
+                if http?.statusCode == 503 { retryAfter.update { $0 = http?.value(forHTTPHeaderField: "Retry-After") } }
+                done.fulfill()
+            }.resume()
+            wait(for: [done], timeout: 10)
+        }
+        // Then the responses came in turn, the last repeated, and every attempt was counted
+        XCTAssertEqual(statuses.values, [503, 200, 200])
+        XCTAssertEqual(retryAfter.value, "1")
+        XCTAssertEqual(server.requestCount(path: "/flaky"), 3)
+    }
 }

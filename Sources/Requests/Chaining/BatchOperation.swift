@@ -56,6 +56,7 @@ public final class BatchOperation<Success, Failure: Error>:
     // Guarded by the lock of `AsyncOperation`; `operations` is released once the completion handler has run.
     private var operations: [RequestOperation<Success, Failure>] = []
     private var completedCount: Int64 = 0
+    private var hasFailedFast = false
 
     init(count: Int, failFast: Bool, completionQueue: DispatchQueue?, completion: Completion?) {
         self.failFast = failFast
@@ -73,11 +74,15 @@ public final class BatchOperation<Success, Failure: Error>:
     /// several threads, so it is written under the operation's lock (do not read the batch's state from a
     /// progress observer).
     func requestDidComplete(failed: Bool) {
-        withLock {
+        let cancelTheRest: Bool = withLock {
             completedCount += 1
             progress.completedUnitCount = completedCount
+            // Once only: the cancellations it causes complete as failures too.
+            guard failed, failFast, !hasFailedFast else { return false }
+            hasFailedFast = true
+            return true
         }
-        if failed && failFast {
+        if cancelTheRest {
             cancelOperations()
         }
     }

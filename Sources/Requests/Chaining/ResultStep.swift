@@ -48,10 +48,10 @@ extension RequestOperation {
     }
 }
 
-/// A step that runs a block after other operations; unlike `BlockOperation`, it accepts a non-Sendable
-/// block, which it releases once run.
-final class ResultStepOperation: Operation, @unchecked Sendable {
-    private let lock = NSLock()
+/// A step that runs a block after other operations. Unlike `BlockOperation`, it accepts a non-Sendable block,
+/// which it releases once run, and as an ``AsyncOperation`` it detaches safely from its dependencies when cancelled.
+final class ResultStepOperation: AsyncOperation, @unchecked Sendable {
+    // Guarded by the lock of `AsyncOperation`.
     private var body: (() -> Void)?
 
     private init(body: @escaping () -> Void) {
@@ -65,13 +65,18 @@ final class ResultStepOperation: Operation, @unchecked Sendable {
         return step
     }
 
-    override func main() {
-        lock.lock()
-        let body = self.body
-        self.body = nil
-        lock.unlock()
+    override func execute() {
+        let body = withLock { () -> (() -> Void)? in
+            defer { self.body = nil }
+            return self.body
+        }
         if !isCancelled {
             body?()
         }
+        finish()
+    }
+
+    override func willCancel() {
+        withLock { body = nil }
     }
 }

@@ -110,30 +110,34 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         withLock { cancelRequested }
     }
 
-    /// Cancels the operation, once, if ``willCancel()`` agrees; otherwise (for example because the operation
-    /// has already produced its result) nothing happens and `isCancelled` stays `false`.
+    /// Cancels the operation, once, unless it has already produced its outcome (then nothing happens and
+    /// `isCancelled` stays `false`). Calls ``willCancel()``, then `Operation.cancel()`.
     ///
-    /// ``willCancel()`` runs *before* `Operation.cancel()`: on Linux that call makes a waiting operation
-    /// ready and lets its queue start it at once, on another thread, so the cancellation must already be
-    /// recorded when that happens.
+    /// Two Linux facts shape this. `Operation.cancel()` makes a waiting operation ready and lets its queue
+    /// start it at once, on another thread, so the cancellation is claimed and handled first. And each
+    /// unfinished dependency keeps an *unretained* pointer to this operation, which `Operation.cancel()` lets
+    /// finish (and be freed) before them, so this operation first removes those dependencies; `dependencies`
+    /// then lists only the finished ones.
     public final override func cancel() {
         let isFirstCancel: Bool = withLock {
-            guard !cancelRequested, state != .finishing, state != .finished else { return false }
+            guard !cancelRequested, state != .finishing, state != .finished, claimCancellation() else { return false }
             cancelRequested = true
             return true
         }
         guard isFirstCancel else { return }
-        if willCancel() {
-            super.cancel()
-        } else {
-            withLock { cancelRequested = false }
+        willCancel()
+        for dependency in dependencies where !dependency.isFinished {
+            removeDependency(dependency)
         }
+        super.cancel()
     }
 
-    /// Called by the first `cancel()`, on the cancelling thread, before the queue learns of the cancellation.
-    /// Stop the work here and return `true`, or return `false` if it is too late to cancel.
-    /// The default returns `true`.
-    open func willCancel() -> Bool {
+    /// Called under the lock by the first `cancel()`: returns `false` if it is too late to cancel.
+    func claimCancellation() -> Bool {
         true
     }
+
+    /// Called once, by the first effective `cancel()`, on the cancelling thread, before the queue learns of
+    /// the cancellation. Stop the work here. The default does nothing.
+    open func willCancel() {}
 }

@@ -62,10 +62,17 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         withLock { isCompleted ? nil : body() }
     }
 
-    /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first. Refuses (so the
-    /// operation is not marked cancelled) when it has already completed.
-    public final override func willCancel() -> Bool {
-        complete(with: .failure(RequestQueueError.cancelled), fromCancel: true)
+    /// A cancellation claims the outcome in the same locked step that makes `isCancelled` true, so an
+    /// operation that produced its result first is never seen as cancelled.
+    override final func claimCancellation() -> Bool {
+        guard !isCompleted else { return false }
+        isCompleted = true
+        return true
+    }
+
+    /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first.
+    public final override func willCancel() {
+        deliver(.failure(RequestQueueError.cancelled), fromCancel: true)
     }
 
     /// Registers this already-running operation for lookup by identifier, once the request it runs is known.
@@ -111,16 +118,24 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
 
     @discardableResult
     private func complete(with outcome: Result<Success, Error>, fromCancel: Bool) -> Bool {
-        let claimed: ((Error) -> Failure)? = withLock {
-            guard !isCompleted else { return nil }
+        let claimed: Bool = withLock {
+            guard !isCompleted else { return false }
             isCompleted = true
-            return mapError
+            return true
         }
-        guard let mapError = claimed else { return false }
+        if claimed {
+            deliver(outcome, fromCancel: fromCancel)
+        }
+        return claimed
+    }
+
+    /// Maps and stores the outcome this caller has claimed, then runs the completion where it belongs.
+    private func deliver(_ outcome: Result<Success, Error>, fromCancel: Bool) {
         if fromCancel {
             cancelWork()
         }
-
+        // Set until the completion has run, which only the claimer can schedule.
+        guard let mapError = withLock({ mapError }) else { return }
         let result = outcome.mapError { error in
             mapError((error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error)
         }
@@ -139,7 +154,6 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         } else {
             runCompletionAndFinish()
         }
-        return true
     }
 
     private func runCompletionAndFinish() {

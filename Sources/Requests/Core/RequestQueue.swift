@@ -151,6 +151,11 @@ final class RequestRegistry: @unchecked Sendable {
 
         mutating func remove(_ operation: Operation) {
             live[ObjectIdentifier(operation)] = nil
+            // While the oldest entry stays live, `first()` cannot drop the removed ones behind it.
+            if order.count - head > 2 * live.count + 32 {
+                order = live.map { (sequence: $0.value.sequence, id: $0.key) }.sorted { $0.sequence < $1.sequence }
+                head = 0
+            }
         }
 
         /// Skips removed entries at the front (amortised O(1)) and returns the oldest live one.

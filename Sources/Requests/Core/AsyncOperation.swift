@@ -5,7 +5,7 @@ import Foundation
 /// `start()`, `cancel()` and `finish()` are `final`; a subclass overrides ``execute()`` to begin its work,
 /// calls ``finish()`` when it is done, and may override ``willCancel()``.
 ///
-/// One lock guards all state, including a subclass's (through ``withLock(_:)``). The `isExecuting` and
+/// One lock guards all state, including that of the library's own subclasses. The `isExecuting` and
 /// `isFinished` KVO notifications are always sent outside that lock: on Linux `didChangeValue(forKey:)`
 /// re-reads those properties at once, which would deadlock inside it.
 open class AsyncOperation: Operation, @unchecked Sendable {
@@ -75,7 +75,8 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         }
     }
 
-    /// Begins the operation's work. Called once, from `start()`, unless the operation finished first.
+    /// Begins the operation's work. Called once, from `start()`, unless the operation finished first; also
+    /// when it was cancelled before its queue started it, so check `isCancelled` and finish early.
     /// The default finishes at once.
     open func execute() {
         finish()

@@ -37,6 +37,9 @@ public protocol NetworkRequest: Request {
     /// Default: `200..<300`.
     var validHTTPStatusCodes: [Int] { get }
 
+    /// When a failed attempt is sent again (see ``RetryPolicy``). Default: `nil`, no retries.
+    var retryPolicy: RetryPolicy? { get }
+
     /// Builds the `URLRequest` to send. Call `completion` once; later calls are ignored.
     /// A `.failure` fails the request with that error and nothing is sent.
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void)

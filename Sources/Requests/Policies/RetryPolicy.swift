@@ -1,0 +1,114 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// When a failed request is sent again, and after how long. Retries happen inside the same operation:
+/// dependents wait for the final outcome and the completion handler still runs once.
+///
+/// Set it per request with ``NetworkRequest/retryPolicy``. Every default is stated where it is declared.
+public struct RetryPolicy: Sendable {
+    /// Attempts in all, the first one included. Default: 3.
+    public var maxAttempts: Int
+    /// The delay before the first retry. Default: 0.5 s.
+    public var baseDelay: TimeInterval
+    /// Each further retry waits this many times longer. Default: 2.
+    public var backoffMultiplier: Double
+    /// The longest wait between attempts. A `Retry-After` longer than this stops the retries instead
+    /// (retrying sooner than the server asked is pointless). Default: 30 s.
+    public var maxDelay: TimeInterval
+    /// A computed delay `d` becomes a random value in `d × (1 − jitter) … d × (1 + jitter)`, so that clients do
+    /// not retry in step. `Retry-After` delays are not jittered. Default: 0.2.
+    public var jitter: Double
+    /// Only requests with these methods are retried. Default: the idempotent ones, GET, HEAD, PUT, DELETE,
+    /// OPTIONS and TRACE.
+    public var retryableMethods: Set<String>
+    /// Responses with these statuses are retried. Default: 408, 429, 500, 502, 503, 504.
+    public var retryableStatusCodes: Set<Int>
+    /// Transport errors with these codes are retried. Default: timed out, network connection lost, cannot
+    /// connect to host, cannot find host (DNS lookup failed), DNS lookup failed, not connected to the internet.
+    public var retryableURLErrorCodes: Set<URLError.Code>
+    /// Whether a `Retry-After` header (delta-seconds or an HTTP-date) sets the delay. Default: `true`.
+    public var honorsRetryAfter: Bool
+
+    /// A policy with the defaults above, each of which can be changed here.
+    public init(
+        maxAttempts: Int = 3,
+        baseDelay: TimeInterval = 0.5,
+        backoffMultiplier: Double = 2,
+        maxDelay: TimeInterval = 30,
+        jitter: Double = 0.2,
+        retryableMethods: Set<String> = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"],
+        retryableStatusCodes: Set<Int> = [408, 429, 500, 502, 503, 504],
+        retryableURLErrorCodes: Set<URLError.Code> = [
+            .timedOut, .networkConnectionLost, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
+            .notConnectedToInternet,
+        ],
+        honorsRetryAfter: Bool = true
+    ) {
+        self.maxAttempts = maxAttempts
+        self.baseDelay = baseDelay
+        self.backoffMultiplier = backoffMultiplier
+        self.maxDelay = maxDelay
+        self.jitter = jitter
+        self.retryableMethods = retryableMethods
+        self.retryableStatusCodes = retryableStatusCodes
+        self.retryableURLErrorCodes = retryableURLErrorCodes
+        self.honorsRetryAfter = honorsRetryAfter
+    }
+
+    /// The policy with every default.
+    public static let `default` = RetryPolicy()
+
+    /// The wait before attempt `attempt + 1`, after attempt `attempt` (counted from 1) failed with `error`
+    /// (and `response`, for a status error), or `nil` when the request should not be sent again.
+    /// `random` is in `0...1` and picks the jitter.
+    public func delay(
+        afterAttempt attempt: Int,
+        method: String,
+        error: Error,
+        response: HTTPURLResponse?,
+        now: Date = Date(),
+        random: Double = Double.random(in: 0...1)
+    ) -> TimeInterval? {
+        guard attempt < maxAttempts, retryableMethods.contains(method.uppercased()) else { return nil }
+        if let status = (error as? RequestQueueError)?.statusCode {
+            guard retryableStatusCodes.contains(status) else { return nil }
+        } else if let code = (error as? URLError)?.code {
+            guard retryableURLErrorCodes.contains(code) else { return nil }
+        } else {
+            return nil
+        }
+        if honorsRetryAfter, let header = response?.value(forHTTPHeaderField: "Retry-After") {
+            guard let wait = Self.retryAfterSeconds(header, now: now) else { return nil }
+            return wait <= maxDelay ? wait : nil
+        }
+        let backoff = baseDelay * pow(backoffMultiplier, Double(attempt - 1))
+        let jittered = backoff * (1 - jitter + 2 * jitter * min(max(random, 0), 1))
+        return min(max(jittered, 0), maxDelay)
+    }
+
+    /// Seconds to wait for a `Retry-After` value: delta-seconds (`120`) or an HTTP-date
+    /// (`Wed, 21 Oct 2026 07:28:00 GMT`). `nil` when it is neither.
+    public static func retryAfterSeconds(_ value: String, now: Date = Date()) -> TimeInterval? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(trimmed) {
+            return seconds >= 0 ? TimeInterval(seconds) : nil
+        }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
+            formatter.dateFormat = format
+            if let date = formatter.date(from: trimmed) {
+                return max(0, date.timeIntervalSince(now))
+            }
+        }
+        return nil
+    }
+}
+
+extension NetworkRequest {
+    /// No retries: a request opts in by returning a policy.
+    public var retryPolicy: RetryPolicy? { nil }
+}

@@ -34,6 +34,10 @@ enum DemoServer {
             response.delayMilliseconds = Int.random(in: 20...120)
             return response
         }
+        server.script("/demo/busy", [
+            LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data(#"{"error":"busy","code":"E503"}"#.utf8)),
+            .json(#"{"id":"busy","name":"Recipe served on the second try"}"#),
+        ])
         server.route("/demo/missing") { _ in
             .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
         }
@@ -87,5 +91,16 @@ struct PathRequest: DecodableRequest {
     var identifier: String { path }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: DemoServer.url(path))))
+    }
+}
+
+/// A recipe from an endpoint that is sometimes busy: retried with the default policy.
+struct BusyRecipeRequest: DecodableRequest {
+    typealias Success = Recipe
+    typealias Failure = Error
+    var identifier: String { "busy" }
+    var retryPolicy: RetryPolicy? { .default }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url("/demo/busy"))))
     }
 }

@@ -196,8 +196,21 @@ do {
     check(outcome.text == "Recipe async", "awaited a request that ran as an operation of the queue")
 }
 
+// 7. a 503 with Retry-After, retried inside the same operation
+section("7. A 503 that is retried")
+do {
+    let started = Date()
+    let busy = queue.addRequest(BusyRecipeRequest(), session: session)
+    runUntil { busy.isFinished }
+    let elapsed = Date().timeIntervalSince(started)
+    let attempts = embeddedServer?.requestCount(path: "/demo/busy")
+    say("  first answer: 503 with Retry-After: 1; the policy waits, then sends again")
+    say("  result after \(String(format: "%.1f", elapsed)) s" + (attempts.map { " and \($0) attempts" } ?? "") + ": \((try? busy.result?.get())?.name ?? "failed")")
+    check((try? busy.result?.get()) != nil && (attempts == nil || attempts == 2), "one operation, one completion, two attempts")
+}
+
 section("Not in this build yet")
-say("  a download with progress (transfers) and a retried 503 (policies) arrive with those features.")
+say("  a download with progress arrives with transfers.")
 say("")
 say(failures == 0 ? "All demo steps behaved as described." : "\(failures) demo step(s) did not behave as described.")
 withExtendedLifetime(embeddedServer) {}

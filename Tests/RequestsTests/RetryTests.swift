@@ -156,6 +156,13 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 1)
     }
 
+    func testUnparsableRetryAfterFallsBackToTheBackoff() {
+        let path = freshScript([LoopbackResponse(status: 503, headers: ["Retry-After": "soon"]), .text("ok")])
+        let (result, _) = run(Retried(url: server.url(path)))
+        XCTAssertNotNil(result?.success)
+        XCTAssertEqual(server.requestCount(path: path), 2)
+    }
+
     func testBackoffIsExponentialJitteredAndCapped() {
         let policy = RetryPolicy(maxAttempts: 10, baseDelay: 0.5, backoffMultiplier: 2, maxDelay: 5, jitter: 0.2)
         let error = URLError(.timedOut)
@@ -168,7 +175,12 @@ final class RetryTests: XCTestCase {
         XCTAssertNil(policy.delay(afterAttempt: 10, method: "GET", error: error, response: nil))
         XCTAssertNil(policy.delay(afterAttempt: 1, method: "PATCH", error: error, response: nil))
         XCTAssertNil(policy.delay(afterAttempt: 1, method: "GET", error: URLError(.badURL), response: nil))
+        XCTAssertEqual(RetryPolicy(retryableMethods: ["get"]).delay(afterAttempt: 1, method: "GET", error: error, response: nil, random: 0.5), 0.5)
+        XCTAssertTrue(RetryPolicy.default.retryableURLErrorCodes.contains(.badServerResponse), "a dropped connection on Linux")
+        // Past the cap, jitter still spreads the clients
+        XCTAssertEqual(policy.delay(afterAttempt: 9, method: "GET", error: error, response: nil, random: 0), 4)
         XCTAssertEqual(RetryPolicy.retryAfterSeconds("7"), 7)
+        XCTAssertNil(RetryPolicy.retryAfterSeconds("-5"))
         XCTAssertNil(RetryPolicy.retryAfterSeconds("soon"))
         let now = Date(timeIntervalSince1970: 1_784_000_000)
         XCTAssertEqual(RetryPolicy.retryAfterSeconds("Tue, 14 Jul 2026 03:33:30 GMT", now: now), 10)

@@ -43,7 +43,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
-    /// The HTTP response, once one has been received. Kept after finish.
+    /// The HTTP response of the last attempt, once one has been received. Kept after finish.
     public var response: HTTPURLResponse? {
         withLock { storedResponse }
     }
@@ -164,6 +164,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         let scheduled: Bool? = ifNotCompleted {
             self.attempt = attempt + 1
             self.task = nil
+            self.storedResponse = nil
             self.backoff = next
             return true
         }

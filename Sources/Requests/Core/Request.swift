@@ -40,7 +40,8 @@ public protocol NetworkRequest: Request {
     /// When a failed attempt is sent again (see ``RetryPolicy``). Default: `nil`, no retries.
     var retryPolicy: RetryPolicy? { get }
 
-    /// Builds the `URLRequest` to send. Call `completion` once; later calls are ignored.
+    /// Builds the `URLRequest` to send, once per attempt (again for each retry). Call `completion` once;
+    /// later calls are ignored.
     /// A `.failure` fails the request with that error and nothing is sent.
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void)
 }

@@ -20,15 +20,18 @@ public struct RetryPolicy: Sendable {
     /// A computed delay `d` becomes a random value in `d × (1 − jitter) … d × (1 + jitter)`, so that clients do
     /// not retry in step. `Retry-After` delays are not jittered. Default: 0.2.
     public var jitter: Double
-    /// Only requests with these methods are retried. Default: the idempotent ones, GET, HEAD, PUT, DELETE,
-    /// OPTIONS and TRACE.
+    /// Only requests with these methods (compared without regard to case) are retried. Default: the
+    /// idempotent ones, GET, HEAD, PUT, DELETE, OPTIONS and TRACE.
     public var retryableMethods: Set<String>
     /// Responses with these statuses are retried. Default: 408, 429, 500, 502, 503, 504.
     public var retryableStatusCodes: Set<Int>
     /// Transport errors with these codes are retried. Default: timed out, network connection lost, cannot
-    /// connect to host, cannot find host (DNS lookup failed), DNS lookup failed, not connected to the internet.
+    /// connect to host, cannot find host (DNS lookup failed), DNS lookup failed, not connected to the internet,
+    /// and bad server response, which is how URLSession on Linux reports a connection dropped before any
+    /// response (−1011, "Empty reply from server"); a body cut off mid-way is −1 on Linux and is not retried.
     public var retryableURLErrorCodes: Set<URLError.Code>
-    /// Whether a `Retry-After` header (delta-seconds or an HTTP-date) sets the delay. Default: `true`.
+    /// Whether a `Retry-After` header (delta-seconds or an HTTP-date) sets the delay. A value that is neither
+    /// is ignored, and the computed backoff applies. Default: `true`.
     public var honorsRetryAfter: Bool
 
     /// A policy with the defaults above, each of which can be changed here.
@@ -42,7 +45,7 @@ public struct RetryPolicy: Sendable {
         retryableStatusCodes: Set<Int> = [408, 429, 500, 502, 503, 504],
         retryableURLErrorCodes: Set<URLError.Code> = [
             .timedOut, .networkConnectionLost, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
-            .notConnectedToInternet,
+            .notConnectedToInternet, .badServerResponse,
         ],
         honorsRetryAfter: Bool = true
     ) {
@@ -51,7 +54,7 @@ public struct RetryPolicy: Sendable {
         self.backoffMultiplier = backoffMultiplier
         self.maxDelay = maxDelay
         self.jitter = jitter
-        self.retryableMethods = retryableMethods
+        self.retryableMethods = Set(retryableMethods.map { $0.uppercased() })
         self.retryableStatusCodes = retryableStatusCodes
         self.retryableURLErrorCodes = retryableURLErrorCodes
         self.honorsRetryAfter = honorsRetryAfter
@@ -79,11 +82,13 @@ public struct RetryPolicy: Sendable {
         } else {
             return nil
         }
-        if honorsRetryAfter, let header = response?.value(forHTTPHeaderField: "Retry-After") {
-            guard let wait = Self.retryAfterSeconds(header, now: now) else { return nil }
+        if honorsRetryAfter,
+           let header = response?.value(forHTTPHeaderField: "Retry-After"),
+           let wait = Self.retryAfterSeconds(header, now: now) {
             return wait <= maxDelay ? wait : nil
         }
-        let backoff = baseDelay * pow(backoffMultiplier, Double(attempt - 1))
+        // Jitter below the cap too, so that clients that reached it do not retry in step.
+        let backoff = min(baseDelay * pow(backoffMultiplier, Double(attempt - 1)), maxDelay)
         let jittered = backoff * (1 - jitter + 2 * jitter * min(max(random, 0), 1))
         return min(max(jittered, 0), maxDelay)
     }

@@ -118,8 +118,8 @@ extension OperationQueue: RequestQueue {
 }
 
 /// The request operations each queue is running, by identifier, from `addRequest` until their
-/// completion is scheduled. Every lookup is a dictionary access plus a scan of the few operations that
-/// share one identifier.
+/// completion is scheduled. Keyed by queue and identifier, then by request type: adding, removing and
+/// finding the oldest are O(1) (amortised).
 final class RequestRegistry: @unchecked Sendable {
     struct Key: Hashable {
         let queue: ObjectIdentifier

@@ -32,6 +32,7 @@ extension OperationQueue {
             makeRequest: makeRequest,
             completion: completion
         )
+        operation.adopt(requestPolicies)
         addOperation(operation)
         return operation
     }
@@ -50,6 +51,8 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
     private var previous: RequestOperation<Input, InputFailure>?
     private var makeRequest: ((Input) throws -> T)?
     private var requestOperation: RequestOperation<T.Success, T.Failure>?
+    /// The queue's policies, for the request once it is built.
+    private var queuePolicies = RequestPolicies()
 
     init(
         after previous: RequestOperation<Input, InputFailure>,
@@ -84,7 +87,11 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             let operation = request.makeOperation(session: session, completionQueue: nil) { result in
                 self.complete(with: result.mapError { $0 })
             }
-            guard ifNotCompleted({ self.requestOperation = operation }) != nil else { return }
+            guard let queuePolicies = ifNotCompleted({ () -> RequestPolicies in
+                self.requestOperation = operation
+                return self.queuePolicies
+            }) else { return }
+            operation.adopt(queuePolicies)
             operation.start()
         case let .failure(error)?:
             complete(with: .failure(RequestQueueError.dependencyFailed(error)))
@@ -92,6 +99,10 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             // `previous` finished without a result: it was never run by a queue.
             complete(with: .failure(RequestQueueError.dependencyFailed(RequestQueueError.cancelled)))
         }
+    }
+
+    override func adopt(_ queuePolicies: RequestPolicies) {
+        withLock { self.queuePolicies = queuePolicies }
     }
 
     override func cancelWork() {
@@ -105,6 +116,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             previous = nil
             makeRequest = nil
             requestOperation = nil
+            queuePolicies = RequestPolicies()
         }
     }
 }

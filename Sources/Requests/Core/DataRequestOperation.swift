@@ -3,15 +3,17 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Runs a ``DataRequest``: builds the `URLRequest`, sends it with a data task, validates the status code,
+/// Runs a ``DataRequest``: builds the `URLRequest`, passes it through the ``RequestPolicies`` (adapters,
+/// authenticator, preconditions), sends it with a data task, validates the status code and the response,
 /// and turns the body into `Success` with the request's ``DataRequest/processResponse(_:response:)``.
 ///
-/// With a ``NetworkRequest/retryPolicy``, a failed attempt may be sent again, inside this same operation,
-/// after a backoff: `makeURLRequest` runs again for each attempt.
+/// A failed attempt may be sent again inside this same operation: after a backoff, by the
+/// ``RetryPolicy``, or once after a token refresh, by the ``TokenAuthenticator``. Each attempt builds its
+/// `URLRequest` again. Dependents wait for the final outcome.
 ///
-/// Cancelling it cancels the `URLSessionTask` (or the backoff) and completes at once with
-/// ``RequestQueueError/cancelled``, without waiting for the server. After it finishes it holds no request,
-/// task or completion handler.
+/// Cancelling it cancels the `URLSessionTask` (or the backoff, or the wait for a refresh) and completes at
+/// once with ``RequestQueueError/cancelled``, without waiting for the server. After it finishes it holds no
+/// request, task or completion handler.
 open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.Failure>, @unchecked Sendable {
     /// The session the request is sent on.
     public let session: URLSession
@@ -20,17 +22,33 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     // All guarded by the lock of `AsyncOperation`.
     private var request: R?
+    /// The request's own policies on top of its queue's.
+    private var policies: RequestPolicies
     /// The attempt in progress, from 1.
     private var attempt = 1
-    /// The last attempt whose `makeURLRequest` has called back; later calls for it are ignored.
-    private var answeredAttempt = 0
-    private var method = "GET"
+    /// The asynchronous step (makeURLRequest, an adapter, the credential) whose answer is awaited; any other
+    /// answer, such as a second call of the same callback, is ignored.
+    private var awaitedStep: Int?
+    private var stepCount = 0
     private var task: URLSessionTask?
     /// The wait before the next attempt.
     private var backoff: DispatchWorkItem?
+    /// What the current attempt sent, with which credential, and when.
+    private var sentRequest: URLRequest?
+    private var credential: TokenAuthenticator.Credential?
+    private var sendTime = DispatchTime.now()
+    private var attemptsSent = 0
+    /// Whether the one resend after a token refresh has been used.
+    private var resentAfterRefresh = false
     private var storedResponse: HTTPURLResponse?
+    private var bodyBytes = 0
+    private var startTime: DispatchTime?
+    /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
+    private var pendingEvents: [MonitorEvent] = []
+    private var isDeliveringEvents = false
 
-    /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
+    /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`,
+    /// which adds its ``RequestPolicies``.
     public init(
         request: R,
         session: URLSession = .shared,
@@ -40,6 +58,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         self.session = session
         self.identifier = request.identifier
         self.request = request
+        self.policies = RequestPolicies().adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
@@ -53,8 +72,15 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         withLock { task }
     }
 
+    override final func adopt(_ queuePolicies: RequestPolicies) {
+        withLock {
+            if let request { policies = queuePolicies.adding(request) }
+        }
+    }
+
     /// Starts the first attempt.
     public final override func execute() {
+        guard ifNotCompleted({ startTime = .now() }) != nil else { return }
         startAttempt()
     }
 
@@ -71,120 +97,332 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    /// Drops the request and the task.
+    /// Drops the request, the task and the policies.
     public final override func releaseResources() {
         withLock {
             request = nil
             task = nil
             backoff = nil
+            policies = RequestPolicies()
         }
     }
+
+    override final func willDeliver(_ error: Error?) {
+        let summary: RequestSummary = withLock {
+            RequestSummary(
+                identifier: identifier,
+                urlRequest: sentRequest,
+                response: storedResponse,
+                bodyBytes: bodyBytes,
+                attempts: attemptsSent,
+                duration: startTime.map(secondsSince) ?? 0,
+                error: error
+            )
+        }
+        emit(.didFinish(summary))
+    }
+
+    // MARK: - Preparing an attempt
 
     /// Asks the request for the `URLRequest` of the current attempt.
     private func startAttempt() {
-        guard let (request, attempt) = ifNotCompleted({ (self.request, self.attempt) }) as (R?, Int)?, let request else { return }
+        guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }
         request.makeURLRequest { [self] urlRequest in
-            send(urlRequest, attempt: attempt)
+            guard endStep(step) else { return }
+            switch urlRequest {
+            case let .failure(error): complete(with: .failure(error))
+            case let .success(urlRequest): adapt(urlRequest, from: 0)
+            }
         }
     }
 
-    private func send(_ urlRequest: Result<URLRequest, Error>, attempt: Int) {
-        let isFirstCall: Bool = withLock {
-            guard attempt == self.attempt, attempt > answeredAttempt else { return false }
-            answeredAttempt = attempt
-            return true
+    /// Runs the adapters from `index` on, one after the other, then authorizes.
+    private func adapt(_ urlRequest: URLRequest, from index: Int) {
+        guard let adapters = ifNotCompleted({ policies.adapters }) else { return }
+        guard index < adapters.count, let step = ifNotCompleted(beginStep) else {
+            authorize(urlRequest)
+            return
         }
-        guard isFirstCall else { return }
+        let receiver: any AttemptReceiver = self
+        adapters[index].adapt(urlRequest) { result in
+            receiver.adapted(result, step: step, nextAdapter: index + 1)
+        }
+    }
 
-        switch urlRequest {
+    fileprivate func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
+        guard endStep(step) else { return }
+        switch result {
+        case let .failure(error): complete(with: .failure(error))
+        case let .success(urlRequest): adapt(urlRequest, from: nextAdapter)
+        }
+    }
+
+    /// Adds the authenticator's credential, waiting for a refresh in progress.
+    private func authorize(_ urlRequest: URLRequest) {
+        guard let (authenticator, step) = ifNotCompleted({ (policies.authenticator, beginStep()) }) else { return }
+        guard let authenticator else {
+            checkAndSend(urlRequest, credential: nil)
+            return
+        }
+        // Weak: a request cancelled while a refresh runs must not be kept until it ends.
+        let receiver: any AttemptReceiver = self
+        authenticator.credential { [weak receiver] credential in
+            receiver?.authorized(urlRequest, with: credential, step: step)
+        }
+    }
+
+    fileprivate func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int) {
+        guard endStep(step), let authenticator = ifNotCompleted({ policies.authenticator }) ?? nil else { return }
+        switch credential {
         case let .failure(error):
             complete(with: .failure(error))
-        case let .success(urlRequest):
-            guard !hasCompleted else { return }
-            // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
-            let receiver: any AttemptReceiver = self
-            let task = session.dataTask(with: urlRequest) { data, response, error in
-                receiver.receive(data: data, response: response, error: error)
+        case let .success(credential):
+            checkAndSend(authenticator.authorizing(urlRequest, with: credential), credential: credential)
+        }
+    }
+
+    private func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        guard let preconditions = ifNotCompleted({ policies.preconditions }) else { return }
+        do {
+            for precondition in preconditions {
+                try precondition.check(urlRequest)
             }
-            // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
-            // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
-            // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
-            let stored: Bool? = ifNotCompleted {
-                self.task = task
-                self.method = urlRequest.httpMethod ?? "GET"
-                return true
-            }
-            guard stored != nil else {
-                task.cancel()
-                return
-            }
-            task.resume()
-            if hasCompleted {
-                task.cancel()
-            }
+        } catch {
+            complete(with: .failure(error))
+            return
+        }
+        send(urlRequest, credential: credential)
+    }
+
+    // MARK: - Sending and receiving
+
+    private func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        guard let attempt = ifNotCompleted({ () -> RequestAttempt in
+            sentRequest = urlRequest
+            self.credential = credential
+            attemptsSent += 1
+            return currentAttempt(sending: urlRequest)
+        }) else { return }
+        emit(.willSend(attempt))
+
+        // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
+        let receiver: any AttemptReceiver = self
+        let task = session.dataTask(with: urlRequest) { data, response, error in
+            receiver.receive(data: data, response: response, error: error)
+        }
+        // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
+        // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
+        // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
+        let stored: Bool? = ifNotCompleted {
+            self.task = task
+            sendTime = .now()
+            return true
+        }
+        guard stored != nil else {
+            task.cancel()
+            return
+        }
+        task.resume()
+        if hasCompleted {
+            task.cancel()
         }
     }
 
     fileprivate func receive(data: Data?, response: URLResponse?, error: Error?) {
-        guard let request = ifNotCompleted({ self.request }) ?? nil else { return }
+        let state = ifNotCompleted {
+            (request, sentRequest.map(currentAttempt(sending:)), secondsSince(sendTime), policies.validations)
+        }
+        guard let (request, attempt, duration, validations) = state, let request, let attempt else { return }
         let httpResponse = response as? HTTPURLResponse
-        let outcome = outcome(of: request, data: data, response: response, error: error)
-        if case let .failure(failure) = outcome, retry(after: failure, response: httpResponse, policy: request.retryPolicy) {
+        if let httpResponse {
+            withLock {
+                storedResponse = httpResponse
+                bodyBytes = data?.count ?? 0
+            }
+            emit(.didReceive(attempt, httpResponse, bodyBytes: data?.count ?? 0, duration: duration))
+        }
+        let outcome = outcome(of: request, sent: attempt.urlRequest, data: data, response: response, error: error, validations: validations)
+        guard case let .failure(failure) = outcome, (failure as? URLError)?.code != .cancelled else {
+            complete(with: outcome)
             return
         }
-        complete(with: outcome)
+        emit(.didFail(attempt, failure, duration: duration))
+        if !reauthenticate(after: failure, attempt: attempt),
+           !retry(after: failure, attempt: attempt, response: httpResponse) {
+            complete(with: outcome)
+        }
     }
 
-    private func outcome(of request: R, data: Data?, response: URLResponse?, error: Error?) -> Result<R.Success, Error> {
+    private func outcome(
+        of request: R, sent: URLRequest, data: Data?, response: URLResponse?, error: Error?, validations: [ResponseValidation]
+    ) -> Result<R.Success, Error> {
         if let error {
             return .failure(error)
         }
         guard let httpResponse = response as? HTTPURLResponse else {
             return .failure(RequestQueueError.nonHTTPResponse(response))
         }
-        withLock { storedResponse = httpResponse }
         let body = data ?? Data()
         guard request.validHTTPStatusCodes.contains(httpResponse.statusCode) else {
             return .failure(RequestQueueError.invalidStatusCode(
                 statusCode: httpResponse.statusCode, response: httpResponse, body: body))
         }
-        return Result { try request.processResponse(body, response: httpResponse) }
+        return Result {
+            for validation in validations {
+                try validation.validate(sent, response: httpResponse, body: body)
+            }
+            return try request.processResponse(body, response: httpResponse)
+        }
     }
 
-    /// Schedules the next attempt if `policy` allows it; returns whether the failure was handled that way.
-    private func retry(after failure: Error, response: HTTPURLResponse?, policy: RetryPolicy?) -> Bool {
-        guard let policy else { return false }
-        let (attempt, method): (Int, String) = withLock { (self.attempt, self.method) }
-        guard let delay = policy.delay(afterAttempt: attempt, method: method, error: failure, response: response) else {
+    // MARK: - Sending again
+
+    /// On a status the authenticator treats as a refused token, waits for the (shared) refresh and sends
+    /// again once; returns whether the failure was handled that way.
+    private func reauthenticate(after failure: Error, attempt: RequestAttempt) -> Bool {
+        guard let status = (failure as? RequestQueueError)?.statusCode else { return false }
+        let state = withLock { (policies.authenticator, credential, resentAfterRefresh) }
+        guard let authenticator = state.0, let credential = state.1, !state.2,
+              authenticator.unauthorizedStatusCodes.contains(status) else { return false }
+        let receiver: any AttemptReceiver = self
+        authenticator.requestWasRejected(credential) { [weak receiver] decision in
+            receiver?.reauthenticated(decision, after: failure, attempt: attempt)
+        }
+        return true
+    }
+
+    fileprivate func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt) {
+        switch decision {
+        case .retry:
+            scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: true)
+        case let .fail(error):
+            complete(with: .failure(error))
+        case .rateLimited:
+            complete(with: .failure(failure))
+        }
+    }
+
+    /// Schedules the next attempt if the retry policy allows it; returns whether the failure was handled that way.
+    private func retry(after failure: Error, attempt: RequestAttempt, response: HTTPURLResponse?) -> Bool {
+        let (policy, resent) = withLock { (policies.retryPolicy, resentAfterRefresh) }
+        // The resend after a refresh is not one of the policy's attempts.
+        let counted = attempt.number - (resent ? 1 : 0)
+        let method = attempt.urlRequest.httpMethod ?? "GET"
+        guard let delay = policy?.delay(afterAttempt: counted, method: method, error: failure, response: response) else {
             return false
         }
+        scheduleNextAttempt(after: delay, failed: attempt, isResendAfterRefresh: false)
+        return true
+    }
+
+    private func scheduleNextAttempt(after delay: TimeInterval, failed attempt: RequestAttempt, isResendAfterRefresh: Bool) {
         // Weak: a cancelled work item stays queued until its deadline, and must not keep the operation alive.
         let receiver: any AttemptReceiver = self
         let next = DispatchWorkItem { [weak receiver] in receiver?.startNextAttempt() }
         let scheduled: Bool? = ifNotCompleted {
-            self.attempt = attempt + 1
-            self.task = nil
-            self.storedResponse = nil
-            self.backoff = next
+            self.attempt += 1
+            task = nil
+            storedResponse = nil
+            bodyBytes = 0
+            backoff = next
+            if isResendAfterRefresh { resentAfterRefresh = true }
             return true
         }
-        guard scheduled != nil else {
-            return true // cancelled meanwhile: that cancellation is the outcome
-        }
+        guard scheduled != nil else { return } // cancelled meanwhile: that cancellation is the outcome
+        emit(.didRetry(attempt, delay: delay))
         DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: next)
-        return true
     }
 
     fileprivate func startNextAttempt() {
         guard ifNotCompleted({ backoff = nil }) != nil else { return }
         startAttempt()
     }
+
+    // MARK: - Steps, attempts and events
+
+    /// Must be called under the lock.
+    private func beginStep() -> Int {
+        stepCount += 1
+        awaitedStep = stepCount
+        return stepCount
+    }
+
+    /// Whether this is the first answer to `step`, while the operation has not completed.
+    private func endStep(_ step: Int) -> Bool {
+        ifNotCompleted {
+            guard awaitedStep == step else { return false }
+            awaitedStep = nil
+            return true
+        } ?? false
+    }
+
+    /// Must be called under the lock.
+    private func currentAttempt(sending urlRequest: URLRequest) -> RequestAttempt {
+        RequestAttempt(identifier: identifier, number: attempt, urlRequest: urlRequest)
+    }
+
+    /// Hands `event` to the monitors, after the events before it. Attempt events that come after the outcome
+    /// (from an attempt a cancellation overtook) are dropped, so ``RequestEventMonitor/requestDidFinish(_:)`` is last.
+    private func emit(_ event: MonitorEvent) {
+        let monitors: [any RequestEventMonitor]? = withLock {
+            guard !policies.monitors.isEmpty else { return nil }
+            if case .didFinish = event {} else if isCompletedUnderLock { return nil }
+            pendingEvents.append(event)
+            guard !isDeliveringEvents else { return nil }
+            isDeliveringEvents = true
+            return policies.monitors
+        }
+        guard let monitors else { return }
+        while let event: MonitorEvent = withLock({
+            guard !pendingEvents.isEmpty else {
+                isDeliveringEvents = false
+                return nil
+            }
+            return pendingEvents.removeFirst()
+        }) {
+            for monitor in monitors {
+                event.deliver(to: monitor)
+            }
+        }
+    }
 }
 
-/// Receives the end of a data task and the end of a backoff. An existential, so that the @Sendable closures
-/// that call it do not capture the operation's generic metatype.
+/// Seconds elapsed since `start`, on the monotonic clock.
+private func secondsSince(_ start: DispatchTime) -> TimeInterval {
+    Double(DispatchTime.now().uptimeNanoseconds &- start.uptimeNanoseconds) / 1e9
+}
+
+/// An event for the monitors, queued so that each operation's events arrive in order.
+private enum MonitorEvent {
+    case willSend(RequestAttempt)
+    case didReceive(RequestAttempt, HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
+    case didFail(RequestAttempt, Error, duration: TimeInterval)
+    case didRetry(RequestAttempt, delay: TimeInterval)
+    case didFinish(RequestSummary)
+
+    func deliver(to monitor: any RequestEventMonitor) {
+        switch self {
+        case let .willSend(attempt):
+            monitor.requestWillSend(attempt)
+        case let .didReceive(attempt, response, bodyBytes, duration):
+            monitor.requestDidReceive(attempt, response: response, bodyBytes: bodyBytes, duration: duration)
+        case let .didFail(attempt, error, duration):
+            monitor.requestDidFail(attempt, error: error, duration: duration)
+        case let .didRetry(attempt, delay):
+            monitor.requestDidRetry(attempt, delay: delay)
+        case let .didFinish(summary):
+            monitor.requestDidFinish(summary)
+        }
+    }
+}
+
+/// Receives the answers of asynchronous steps: the data task, an adapter, the authenticator, the backoff.
+/// An existential, so that the @Sendable closures that call it do not capture the operation's generic metatype.
 private protocol AttemptReceiver: AnyObject, Sendable {
     func receive(data: Data?, response: URLResponse?, error: Error?)
+    func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int)
+    func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int)
+    func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt)
     func startNextAttempt()
 }
 

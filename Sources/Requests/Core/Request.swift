@@ -37,8 +37,19 @@ public protocol NetworkRequest: Request {
     /// Default: `200..<300`.
     var validHTTPStatusCodes: [Int] { get }
 
-    /// When a failed attempt is sent again (see ``RetryPolicy``). Default: `nil`, no retries.
+    /// When a failed attempt is sent again (see ``RetryPolicy``). Default: `nil`, which leaves it to the
+    /// queue's ``RequestPolicies/retryPolicy`` (itself `nil`, no retries, unless set).
     var retryPolicy: RetryPolicy? { get }
+
+    /// Run on this request's `URLRequest` after the queue's adapters (see ``RequestPolicies``). Default: none.
+    var adapters: [RequestAdapter] { get }
+    /// Checked after the queue's preconditions. Default: none.
+    var preconditions: [RequestPrecondition] { get }
+    /// Run after the queue's validations. Default: none.
+    var validations: [ResponseValidation] { get }
+    /// Whether the queue's ``RequestPolicies/authenticator`` applies; a login request returns `false`, so that a
+    /// wrong password is not taken for an expired token. Default: `true`.
+    var usesAuthenticator: Bool { get }
 
     /// Builds the `URLRequest` to send, once per attempt (again for each retry). Call `completion` once;
     /// later calls are ignored.

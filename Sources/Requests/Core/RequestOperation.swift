@@ -57,6 +57,11 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         withLock { isCompleted }
     }
 
+    /// ``hasCompleted`` for a caller that holds the lock.
+    final var isCompletedUnderLock: Bool {
+        isCompleted
+    }
+
     /// Runs `body` under the lock if the operation has not completed yet; returns `nil` if it has.
     final func ifNotCompleted<T>(_ body: () -> T) -> T? {
         withLock { isCompleted ? nil : body() }
@@ -108,6 +113,13 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         complete(with: .failure(RequestQueueError.misuse("\(type(of: self)) does not override execute()")))
     }
 
+    /// Takes the policies of the queue the operation is added to. The default ignores them.
+    func adopt(_ queuePolicies: RequestPolicies) {}
+
+    /// Called by whoever claimed the outcome, with its error (`nil` on success), before the completion is
+    /// scheduled. The default does nothing.
+    func willDeliver(_ error: Error?) {}
+
     /// Stops work in progress when a cancellation has won. Called before the completion is scheduled,
     /// so the work is still there to stop. The default does nothing.
     open func cancelWork() {}
@@ -146,6 +158,11 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         }
         // Unregister before the handler runs, so a request added from inside it is not taken for this one.
         if let key { RequestRegistry.shared.remove(self, for: key) }
+        if case let .failure(error) = result {
+            willDeliver(error)
+        } else {
+            willDeliver(nil)
+        }
 
         if let completionQueue {
             completionQueue.async { self.runCompletionAndFinish() }

@@ -23,6 +23,9 @@ public enum RequestQueueError: Error, CustomStringConvertible {
     case dependencyFailed(Error)
     /// The API was used in a way that cannot work; the message says how.
     case misuse(String)
+    /// ``ResponseValidation/contentTypeMatchesAccept`` refused the response's `Content-Type` (`nil` when it had
+    /// none); carries the media ranges the request's `Accept` header allows.
+    case unacceptableContentType(String?, acceptable: [String])
 
     /// Describes the error; for a status error it names the code.
     public var description: String {
@@ -41,6 +44,8 @@ public enum RequestQueueError: Error, CustomStringConvertible {
             return "A request this one depends on failed: \(error)"
         case let .misuse(message):
             return "Requests was misused: \(message)"
+        case let .unacceptableContentType(contentType, acceptable):
+            return "The response's Content-Type \(contentType.map { "'\($0)'" } ?? "(none)") is not one the request accepts: \(acceptable.joined(separator: ", "))."
         }
     }
 

@@ -6,7 +6,8 @@ import Foundation
 /// When a failed request is sent again, and after how long. Retries happen inside the same operation:
 /// dependents wait for the final outcome and the completion handler still runs once.
 ///
-/// Set it per request with ``NetworkRequest/retryPolicy``. Every default is stated where it is declared.
+/// Set it per queue with ``RequestPolicies/retryPolicy`` or per request with ``NetworkRequest/retryPolicy``.
+/// Every default is stated where it is declared.
 public struct RetryPolicy: Sendable {
     /// Attempts in all, the first one included. Default: 3.
     public var maxAttempts: Int
@@ -111,9 +112,4 @@ public struct RetryPolicy: Sendable {
         }
         return nil
     }
-}
-
-extension NetworkRequest {
-    /// No retries: a request opts in by returning a policy.
-    public var retryPolicy: RetryPolicy? { nil }
 }

@@ -1,0 +1,70 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Told about every attempt of every request on a queue, and about how each request ended.
+///
+/// Attach monitors with ``RequestPolicies/monitors``; each is called in order. Every method has an empty
+/// default, so a monitor implements only what it needs. Calls come from the threads where things happen
+/// (the session's delegate queue, a global queue, the thread that cancels), never under a lock of Requests:
+/// keep them quick. Durations are measured by Requests with a monotonic clock, because Linux delivers no
+/// task metrics.
+///
+/// For one request the order is: for each attempt, ``requestWillSend(_:)``, then ``requestDidReceive(_:response:bodyBytes:duration:)``
+/// if a response arrived, then ``requestDidFail(_:error:duration:)`` if the attempt failed, then
+/// ``requestDidRetry(_:delay:)`` if another attempt follows; and last, once, ``requestDidFinish(_:)``.
+public protocol RequestEventMonitor: Sendable {
+    /// An attempt is about to be sent: adapters, the authenticator and preconditions have run.
+    func requestWillSend(_ attempt: RequestAttempt)
+    /// An attempt received an HTTP response with a body of `bodyBytes`, `duration` seconds after it was sent.
+    func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
+    /// An attempt failed: a transport error, a status or validation error, or a body that could not be processed.
+    func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval)
+    /// After a failed attempt, the next one will start in `delay` seconds (a retry, or a resend after a token refresh).
+    func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval)
+    /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
+    /// once per request, before its completion handler runs.
+    func requestDidFinish(_ summary: RequestSummary)
+}
+
+extension RequestEventMonitor {
+    /// Does nothing.
+    public func requestWillSend(_ attempt: RequestAttempt) {}
+    /// Does nothing.
+    public func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval) {}
+    /// Does nothing.
+    public func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval) {}
+    /// Does nothing.
+    public func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval) {}
+    /// Does nothing.
+    public func requestDidFinish(_ summary: RequestSummary) {}
+}
+
+/// One attempt at sending a request.
+public struct RequestAttempt: Sendable {
+    /// The request's identifier.
+    public let identifier: String
+    /// Which attempt this is, from 1.
+    public let number: Int
+    /// What is sent, after adapters and the authenticator.
+    public let urlRequest: URLRequest
+}
+
+/// How a request ended.
+public struct RequestSummary: Sendable {
+    /// The request's identifier.
+    public let identifier: String
+    /// The last `URLRequest` sent; `nil` if nothing was sent.
+    public let urlRequest: URLRequest?
+    /// The last HTTP response received; `nil` if none was.
+    public let response: HTTPURLResponse?
+    /// The size of the last response's body.
+    public let bodyBytes: Int
+    /// How many attempts were sent.
+    public let attempts: Int
+    /// Seconds from the start of the operation to its outcome, backoffs included.
+    public let duration: TimeInterval
+    /// The failure as the completion handler receives it (after `mapError`); `nil` on success.
+    public let error: Error?
+}

@@ -1,0 +1,117 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// What every request sent through a queue goes through, in this order: ``adapters``, the
+/// ``authenticator``, ``preconditions``, the send, the status check, ``validations``, ``retryPolicy``;
+/// ``monitors`` see each step.
+///
+/// Set it once per queue with `OperationQueue.requestPolicies`; a request adds its own with the
+/// ``NetworkRequest`` properties of the same names (its adapters, preconditions and validations run after the
+/// queue's; its retry policy replaces the queue's). Every default is "none".
+public struct RequestPolicies: Sendable {
+    /// Change each `URLRequest` before it is sent, in order. Default: none.
+    public var adapters: [RequestAdapter]
+    /// Checked on the final `URLRequest` just before it is sent. Default: none.
+    public var preconditions: [RequestPrecondition]
+    /// Checked on every response whose status is valid, before the body is processed. Default: none.
+    public var validations: [ResponseValidation]
+    /// When a failed attempt is sent again, for requests whose own ``NetworkRequest/retryPolicy`` is `nil`.
+    /// Default: `nil`, no retries.
+    public var retryPolicy: RetryPolicy?
+    /// Adds a credential to each request and refreshes it, once for all, when the server rejects it.
+    /// Requests whose ``NetworkRequest/usesAuthenticator`` is `false` skip it. Default: `nil`.
+    public var authenticator: TokenAuthenticator?
+    /// Told about every attempt and every outcome, in order. Default: none.
+    public var monitors: [any RequestEventMonitor]
+
+    /// Policies with the given parts; each defaults to none.
+    public init(
+        adapters: [RequestAdapter] = [],
+        preconditions: [RequestPrecondition] = [],
+        validations: [ResponseValidation] = [],
+        retryPolicy: RetryPolicy? = nil,
+        authenticator: TokenAuthenticator? = nil,
+        monitors: [any RequestEventMonitor] = []
+    ) {
+        self.adapters = adapters
+        self.preconditions = preconditions
+        self.validations = validations
+        self.retryPolicy = retryPolicy
+        self.authenticator = authenticator
+        self.monitors = monitors
+    }
+
+    /// These policies with `request`'s own added.
+    func adding<R: NetworkRequest>(_ request: R) -> RequestPolicies {
+        var policies = self
+        policies.adapters += request.adapters
+        policies.preconditions += request.preconditions
+        policies.validations += request.validations
+        policies.retryPolicy = request.retryPolicy ?? retryPolicy
+        if !request.usesAuthenticator {
+            policies.authenticator = nil
+        }
+        return policies
+    }
+}
+
+extension NetworkRequest {
+    /// `nil`: the queue's retry policy applies.
+    public var retryPolicy: RetryPolicy? { nil }
+    /// None: only the queue's adapters run.
+    public var adapters: [RequestAdapter] { [] }
+    /// None: only the queue's preconditions are checked.
+    public var preconditions: [RequestPrecondition] { [] }
+    /// None: only the queue's validations run.
+    public var validations: [ResponseValidation] { [] }
+    /// `true`: the queue's authenticator, if any, applies.
+    public var usesAuthenticator: Bool { true }
+}
+
+extension OperationQueue {
+    /// The policies every request added to this queue from now on goes through (a request reads them when
+    /// it is added). Default: none.
+    ///
+    /// ```swift
+    /// queue.requestPolicies = RequestPolicies(
+    ///     adapters: [.setHeader("application/json", for: "Accept")],
+    ///     retryPolicy: .default,
+    ///     authenticator: tokens,
+    ///     monitors: [RequestLogger()]
+    /// )
+    /// ```
+    public var requestPolicies: RequestPolicies {
+        get { QueuePolicyTable.shared.policies(for: self) }
+        set { QueuePolicyTable.shared.set(newValue, for: self) }
+    }
+}
+
+/// `OperationQueue` cannot store new properties, so each queue's policies live here, keyed by identity.
+/// The weak reference tells a live queue from a new one that reuses a freed queue's address.
+private final class QueuePolicyTable: @unchecked Sendable {
+    private struct Entry {
+        weak var queue: OperationQueue?
+        var policies: RequestPolicies
+    }
+
+    static let shared = QueuePolicyTable()
+
+    private let lock = NSLock()
+    private var entries: [ObjectIdentifier: Entry] = [:]
+
+    func policies(for queue: OperationQueue) -> RequestPolicies {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let entry = entries[ObjectIdentifier(queue)], entry.queue === queue else { return RequestPolicies() }
+        return entry.policies
+    }
+
+    func set(_ policies: RequestPolicies, for queue: OperationQueue) {
+        lock.lock()
+        defer { lock.unlock() }
+        entries = entries.filter { $0.value.queue != nil }
+        entries[ObjectIdentifier(queue)] = Entry(queue: queue, policies: policies)
+    }
+}

@@ -1,0 +1,158 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Adds a token to every request and, when the server rejects it, refreshes it **once** for all the requests
+/// that were rejected or that arrive while the refresh runs (single flight).
+///
+/// - A request rejected with one of ``unauthorizedStatusCodes`` waits for the refresh and is sent again,
+///   **at most once**, with the new token. If the token changed since it was sent, it is sent again at once.
+/// - Requests that arrive during a refresh wait for it and are sent with the new token.
+/// - If the refresh fails, every waiting request fails with its error.
+/// - At most one refresh starts per ``minimumRefreshInterval``: a request rejected sooner after the last one
+///   fails with its status error (``RequestQueueError/invalidStatusCode(statusCode:response:body:)``), so a
+///   server that always answers 401 cannot cause a loop.
+///
+/// Waiting requests keep their queue slots, so run the refresh outside the queue it authenticates (with
+/// the session directly, or on another queue): on the same queue it could wait for a slot forever.
+/// Attach it with ``RequestPolicies/authenticator``; a request opts out with ``NetworkRequest/usesAuthenticator``.
+public final class TokenAuthenticator: @unchecked Sendable {
+    /// A token together with the refresh that produced it, so that a rejection can tell whether it is stale.
+    struct Credential: Sendable {
+        let token: String?
+        let generation: Int
+    }
+
+    /// What a rejected request does next.
+    enum Decision: Sendable {
+        case retry
+        case fail(Error)
+        case rateLimited
+    }
+
+    /// The shortest time between the end of one refresh and the start of the next. Default: 10 s.
+    public let minimumRefreshInterval: TimeInterval
+    /// Statuses that mean "the token was refused". Default: 401.
+    public let unauthorizedStatusCodes: Set<Int>
+    private let authorize: @Sendable (inout URLRequest, String) -> Void
+    private let refreshToken: @Sendable (String?, @escaping @Sendable (Result<String, Error>) -> Void) -> Void
+
+    private let lock = NSLock()
+    private var currentToken: String?
+    private var generation = 0
+    /// Non-nil while a refresh runs: the requests waiting for it.
+    private var waiters: [@Sendable (Result<Credential, Error>) -> Void]?
+    private var refreshNumber = 0
+    private var lastRefreshEnd: DispatchTime?
+
+    /// An authenticator starting with `token` (`nil`: none yet, so the first request is rejected and triggers
+    /// a refresh).
+    ///
+    /// - Parameters:
+    ///   - authorize: Puts the token on a request. Default: `Authorization: Bearer <token>`.
+    ///   - refresh: Gets a new token; receives the rejected one. Call `completion` once; later calls are ignored.
+    public init(
+        token: String?,
+        minimumRefreshInterval: TimeInterval = 10,
+        unauthorizedStatusCodes: Set<Int> = [401],
+        authorize: @escaping @Sendable (inout URLRequest, String) -> Void = { request, token in
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        },
+        refresh: @escaping @Sendable (_ rejectedToken: String?, _ completion: @escaping @Sendable (Result<String, Error>) -> Void) -> Void
+    ) {
+        self.currentToken = token
+        self.minimumRefreshInterval = minimumRefreshInterval
+        self.unauthorizedStatusCodes = unauthorizedStatusCodes
+        self.authorize = authorize
+        self.refreshToken = refresh
+    }
+
+    /// The current token.
+    public var token: String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return currentToken
+    }
+
+    /// Replaces the token, for example after a login. A request rejected after being sent with the old one is
+    /// sent again with this one, without a refresh.
+    public func setToken(_ token: String?) {
+        lock.lock()
+        defer { lock.unlock() }
+        currentToken = token
+        generation += 1
+    }
+
+    /// Calls back with the credential to send, after the refresh in progress if there is one.
+    func credential(_ completion: @escaping @Sendable (Result<Credential, Error>) -> Void) {
+        lock.lock()
+        if waiters != nil {
+            waiters?.append(completion)
+            lock.unlock()
+            return
+        }
+        let credential = Credential(token: currentToken, generation: generation)
+        lock.unlock()
+        completion(.success(credential))
+    }
+
+    /// `request` with `credential` applied.
+    func authorizing(_ request: URLRequest, with credential: Credential) -> URLRequest {
+        guard let token = credential.token else { return request }
+        var request = request
+        authorize(&request, token)
+        return request
+    }
+
+    /// A request sent with `rejected` was refused: calls back once it may be sent again, or must fail.
+    func requestWasRejected(_ rejected: Credential, decide: @escaping @Sendable (Decision) -> Void) {
+        let wait: @Sendable (Result<Credential, Error>) -> Void = { outcome in
+            switch outcome {
+            case .success: decide(.retry)
+            case let .failure(error): decide(.fail(error))
+            }
+        }
+        lock.lock()
+        if generation != rejected.generation {
+            lock.unlock()
+            decide(.retry)
+            return
+        }
+        if waiters != nil {
+            waiters?.append(wait)
+            lock.unlock()
+            return
+        }
+        if let lastRefreshEnd, DispatchTime.now() < lastRefreshEnd + minimumRefreshInterval {
+            lock.unlock()
+            decide(.rateLimited)
+            return
+        }
+        waiters = [wait]
+        refreshNumber += 1
+        let (number, token) = (refreshNumber, currentToken)
+        lock.unlock()
+        refreshToken(token) { [self] result in
+            refreshEnded(number, with: result)
+        }
+    }
+
+    private func refreshEnded(_ number: Int, with result: Result<String, Error>) {
+        lock.lock()
+        guard number == refreshNumber, let waiting = waiters else {
+            lock.unlock()
+            return // a second call for the same refresh
+        }
+        waiters = nil
+        lastRefreshEnd = .now()
+        if case let .success(token) = result {
+            currentToken = token
+            generation += 1
+        }
+        let credential = Credential(token: currentToken, generation: generation)
+        lock.unlock()
+        let outcome = result.map { _ in credential }
+        waiting.forEach { $0(outcome) }
+    }
+}

@@ -108,6 +108,30 @@ public final class LoopbackServer: @unchecked Sendable {
         route(path) { _ in script.next() }
     }
 
+    /// Guards `path` with bearer tokens that `refreshPath` issues: `path` answers `response` to a request that
+    /// carries `Authorization: Bearer <the last token issued>`, and 401 (with `WWW-Authenticate: Bearer`) to any
+    /// other, so it answers 401 until `refreshPath` has been hit. Each request to `refreshPath` issues a new token,
+    /// `token-1`, `token-2`, …, answered as `{"token":"token-N"}` after `refreshDelayMilliseconds`.
+    public func protect(
+        _ path: String,
+        refreshPath: String,
+        response: LoopbackResponse = .text("ok"),
+        refreshDelayMilliseconds: Int = 0
+    ) {
+        let issuer = TokenIssuer()
+        route(refreshPath) { _ in
+            var answer = LoopbackResponse.json("{\"token\":\"\(issuer.issue())\"}")
+            answer.delayMilliseconds = refreshDelayMilliseconds
+            return answer
+        }
+        route(path) { request in
+            guard let token = issuer.current, request.headers["authorization"] == "Bearer \(token)" else {
+                return LoopbackResponse(status: 401, headers: ["WWW-Authenticate": "Bearer"])
+            }
+            return response
+        }
+    }
+
     /// The number of requests fully received for `path` (query excluded), counted before the handler runs or a delay starts.
     public func requestCount(path: String) -> Int {
         core.withLock { core.requestCounts[path] ?? 0 }
@@ -365,5 +389,24 @@ private final class ResponseScript: @unchecked Sendable {
         let response = responses[min(index, responses.count - 1)]
         index += 1
         return response
+    }
+}
+
+/// The tokens of a ``LoopbackServer/protect(_:refreshPath:response:refreshDelayMilliseconds:)``.
+private final class TokenIssuer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var issued = 0
+
+    var current: String? {
+        lock.lock()
+        defer { lock.unlock() }
+        return issued == 0 ? nil : "token-\(issued)"
+    }
+
+    func issue() -> String {
+        lock.lock()
+        defer { lock.unlock() }
+        issued += 1
+        return "token-\(issued)"
     }
 }

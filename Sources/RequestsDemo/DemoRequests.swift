@@ -38,6 +38,8 @@ enum DemoServer {
             LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data(#"{"error":"busy","code":"E503"}"#.utf8)),
             .json(#"{"id":"busy","name":"Recipe served on the second try"}"#),
         ])
+        server.protect("/demo/vault", refreshPath: "/demo/refresh", response: .json(#"{"id":"vault","name":"Secret recipe"}"#),
+                       refreshDelayMilliseconds: 100)
         server.route("/demo/missing") { _ in
             .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
         }
@@ -102,5 +104,33 @@ struct BusyRecipeRequest: DecodableRequest {
     var retryPolicy: RetryPolicy? { .default }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: DemoServer.url("/demo/busy"))))
+    }
+}
+
+/// A recipe behind a bearer token, with an API key in the query that the log must not show.
+struct VaultRequest: DecodableRequest {
+    typealias Success = Recipe
+    typealias Failure = Error
+    var identifier: String { "vault" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url("/demo/vault?api_key=demo-secret"))))
+    }
+}
+
+/// Collects the log lines written from the session's threads.
+final class LogLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+
+    var values: [String] {
+        lock.lock()
+        defer { lock.unlock() }
+        return lines
+    }
+
+    func append(_ line: String) {
+        lock.lock()
+        lines.append(line)
+        lock.unlock()
     }
 }

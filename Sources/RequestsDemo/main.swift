@@ -209,6 +209,39 @@ do {
     check((try? busy.result?.get()) != nil && (attempts == nil || attempts == 2), "one operation, one completion, two attempts")
 }
 
+// 8. policies: an expired token refreshed once for five concurrent requests, and a redacted log
+section("8. Token refresh and a request log")
+do {
+    final class Counter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value = 0
+        var count: Int { lock.lock(); defer { lock.unlock() }; return value }
+        func increment() { lock.lock(); value += 1; lock.unlock() }
+    }
+    let refreshes = Counter()
+    let tokens = TokenAuthenticator(token: "expired") { _, completion in
+        refreshes.increment()
+        session.dataTask(with: DemoServer.url("/demo/refresh")) { data, _, error in
+            completion(Result {
+                if let error { throw error }
+                return try JSONDecoder().decode(Token.self, from: data ?? Data()).token
+            })
+        }.resume()
+    }
+    let lines = LogLines()
+    let policyQueue = OperationQueue()
+    policyQueue.requestPolicies = RequestPolicies(
+        authenticator: tokens,
+        monitors: [RequestLogger(redaction: Redaction(queryItems: ["api_key"]), write: lines.append)]
+    )
+    let vault = (1...5).map { _ in policyQueue.addRequest(VaultRequest(), session: session) }
+    runUntil { vault.allSatisfy(\.isFinished) }
+    lines.values.forEach { say("  " + $0) }
+    let succeeded = vault.filter { (try? $0.result?.get()) != nil }.count
+    say("  5 requests sent with an expired token; refreshes: \(refreshes.count); succeeded: \(succeeded)")
+    check(refreshes.count == 1 && succeeded == 5, "one refresh for all five, each request resent at most once, secrets redacted")
+}
+
 section("Not in this build yet")
 say("  a download with progress arrives with transfers.")
 say("")

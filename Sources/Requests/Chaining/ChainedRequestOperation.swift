@@ -32,7 +32,7 @@ extension OperationQueue {
             makeRequest: makeRequest,
             completion: completion
         )
-        operation.adopt(requestPolicies)
+        operation.adopt(requestPolicyBox)
         addOperation(operation)
         return operation
     }
@@ -52,7 +52,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
     private var makeRequest: ((Input) throws -> T)?
     private var requestOperation: RequestOperation<T.Success, T.Failure>?
     /// The queue's policies, for the request once it is built.
-    private var queuePolicies = RequestPolicies()
+    private var queuePolicies = PolicyBox.none
 
     init(
         after previous: RequestOperation<Input, InputFailure>,
@@ -87,7 +87,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             let operation = request.makeOperation(session: session, completionQueue: nil) { result in
                 self.complete(with: result.mapError { $0 })
             }
-            guard let queuePolicies = ifNotCompleted({ () -> RequestPolicies in
+            guard let queuePolicies = ifNotCompleted({ () -> PolicyBox in
                 self.requestOperation = operation
                 return self.queuePolicies
             }) else { return }
@@ -101,7 +101,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         }
     }
 
-    override func adopt(_ queuePolicies: RequestPolicies) {
+    override func adopt(_ queuePolicies: PolicyBox) {
         withLock { self.queuePolicies = queuePolicies }
     }
 
@@ -116,7 +116,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             previous = nil
             makeRequest = nil
             requestOperation = nil
-            queuePolicies = RequestPolicies()
+            queuePolicies = .none
         }
     }
 }

@@ -23,29 +23,9 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     // All guarded by the lock of `AsyncOperation`.
     private var request: R?
     /// The request's own policies on top of its queue's.
-    private var policies: RequestPolicies
-    /// The attempt in progress, from 1.
-    private var attempt = 1
-    /// The asynchronous step (makeURLRequest, an adapter, the credential) whose answer is awaited; any other
-    /// answer, such as a second call of the same callback, is ignored.
-    private var awaitedStep: Int?
-    private var stepCount = 0
-    private var task: URLSessionTask?
-    /// The wait before the next attempt.
-    private var backoff: DispatchWorkItem?
-    /// What the current attempt sent, with which credential, and when.
-    private var sentRequest: URLRequest?
-    private var credential: TokenAuthenticator.Credential?
-    private var sendTime = DispatchTime.now()
-    private var attemptsSent = 0
-    /// Whether the one resend after a token refresh has been used.
-    private var resentAfterRefresh = false
-    private var storedResponse: HTTPURLResponse?
-    private var bodyBytes = 0
-    private var startTime: DispatchTime?
-    /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
-    private var pendingEvents: [MonitorEvent] = []
-    private var isDeliveringEvents = false
+    private var policyBox: PolicyBox
+    /// Everything about running the request, created when it starts: a queued operation stays small.
+    private var lazyRun: Run?
 
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`,
     /// which adds its ``RequestPolicies``.
@@ -58,29 +38,42 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         self.session = session
         self.identifier = request.identifier
         self.request = request
-        self.policies = RequestPolicies().adding(request)
+        self.policyBox = PolicyBox.none.adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
     /// The HTTP response of the last attempt, once one has been received. Kept after finish.
     public var response: HTTPURLResponse? {
-        withLock { storedResponse }
+        withLock { lazyRun?.response }
     }
 
     /// The data task while the request is in flight; `nil` before and after.
     var currentTask: URLSessionTask? {
-        withLock { task }
+        withLock { lazyRun?.task }
     }
 
-    override final func adopt(_ queuePolicies: RequestPolicies) {
+    override final func adopt(_ queuePolicies: PolicyBox) {
         withLock {
-            if let request { policies = queuePolicies.adding(request) }
+            if let request { policyBox = queuePolicies.adding(request) }
         }
+    }
+
+    /// Must be called under the lock.
+    private var policies: RequestPolicies {
+        policyBox.policies
+    }
+
+    /// Must be called under the lock.
+    private var run: Run {
+        if let lazyRun { return lazyRun }
+        let run = Run()
+        lazyRun = run
+        return run
     }
 
     /// Starts the first attempt.
     public final override func execute() {
-        guard ifNotCompleted({ startTime = .now() }) != nil else { return }
+        guard ifNotCompleted({ run.startTime = .now() }) != nil else { return }
         startAttempt()
     }
 
@@ -90,20 +83,22 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// runs on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl,
     /// and the queue would start (and send) the requests it had not reached yet.
     public final override func cancelWork() {
-        let (task, backoff): (URLSessionTask?, DispatchWorkItem?) = withLock { (self.task, self.backoff) }
+        let (task, backoff): (URLSessionTask?, DispatchWorkItem?) = withLock { (lazyRun?.task, lazyRun?.backoff) }
         backoff?.cancel()
         if let task {
             DispatchQueue.global().async { task.cancel() }
         }
     }
 
-    /// Drops the request, the task and the policies.
+    /// Drops the request, the task, what was sent and the policies; keeps ``response``.
     public final override func releaseResources() {
         withLock {
             request = nil
-            task = nil
-            backoff = nil
-            policies = RequestPolicies()
+            lazyRun?.task = nil
+            lazyRun?.backoff = nil
+            lazyRun?.sentRequest = nil
+            lazyRun?.credential = nil
+            policyBox = .none
         }
     }
 
@@ -111,11 +106,11 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         let summary: RequestSummary = withLock {
             RequestSummary(
                 identifier: identifier,
-                urlRequest: sentRequest,
-                response: storedResponse,
-                bodyBytes: bodyBytes,
-                attempts: attemptsSent,
-                duration: startTime.map(secondsSince) ?? 0,
+                urlRequest: run.sentRequest,
+                response: run.response,
+                bodyBytes: run.bodyBytes,
+                attempts: run.attemptsSent,
+                duration: run.startTime.map(secondsSince) ?? 0,
                 error: error
             )
         }
@@ -198,9 +193,9 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     private func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         guard let attempt = ifNotCompleted({ () -> RequestAttempt in
-            sentRequest = urlRequest
-            self.credential = credential
-            attemptsSent += 1
+            run.sentRequest = urlRequest
+            run.credential = credential
+            run.attemptsSent += 1
             return currentAttempt(sending: urlRequest)
         }) else { return }
         emit(.willSend(attempt))
@@ -214,8 +209,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
         // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
         let stored: Bool? = ifNotCompleted {
-            self.task = task
-            sendTime = .now()
+            run.task = task
+            run.sendTime = .now()
             return true
         }
         guard stored != nil else {
@@ -230,14 +225,14 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     fileprivate func receive(data: Data?, response: URLResponse?, error: Error?) {
         let state = ifNotCompleted {
-            (request, sentRequest.map(currentAttempt(sending:)), secondsSince(sendTime), policies.validations)
+            (request, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), policies.validations)
         }
         guard let (request, attempt, duration, validations) = state, let request, let attempt else { return }
         let httpResponse = response as? HTTPURLResponse
         if let httpResponse {
             withLock {
-                storedResponse = httpResponse
-                bodyBytes = data?.count ?? 0
+                run.response = httpResponse
+                run.bodyBytes = data?.count ?? 0
             }
             emit(.didReceive(attempt, httpResponse, bodyBytes: data?.count ?? 0, duration: duration))
         }
@@ -281,7 +276,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// again once; returns whether the failure was handled that way.
     private func reauthenticate(after failure: Error, attempt: RequestAttempt) -> Bool {
         guard let status = (failure as? RequestQueueError)?.statusCode else { return false }
-        let state = withLock { (policies.authenticator, credential, resentAfterRefresh) }
+        let state = withLock { (policies.authenticator, run.credential, run.resentAfterRefresh) }
         guard let authenticator = state.0, let credential = state.1, !state.2,
               authenticator.unauthorizedStatusCodes.contains(status) else { return false }
         let receiver: any AttemptReceiver = self
@@ -304,7 +299,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Schedules the next attempt if the retry policy allows it; returns whether the failure was handled that way.
     private func retry(after failure: Error, attempt: RequestAttempt, response: HTTPURLResponse?) -> Bool {
-        let (policy, resent) = withLock { (policies.retryPolicy, resentAfterRefresh) }
+        let (policy, resent) = withLock { (policies.retryPolicy, run.resentAfterRefresh) }
         // The resend after a refresh is not one of the policy's attempts.
         let counted = attempt.number - (resent ? 1 : 0)
         let method = attempt.urlRequest.httpMethod ?? "GET"
@@ -320,12 +315,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         let receiver: any AttemptReceiver = self
         let next = DispatchWorkItem { [weak receiver] in receiver?.startNextAttempt() }
         let scheduled: Bool? = ifNotCompleted {
-            self.attempt += 1
-            task = nil
-            storedResponse = nil
-            bodyBytes = 0
-            backoff = next
-            if isResendAfterRefresh { resentAfterRefresh = true }
+            run.attempt += 1
+            run.task = nil
+            run.response = nil
+            run.bodyBytes = 0
+            run.backoff = next
+            if isResendAfterRefresh { run.resentAfterRefresh = true }
             return true
         }
         guard scheduled != nil else { return } // cancelled meanwhile: that cancellation is the outcome
@@ -334,7 +329,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     fileprivate func startNextAttempt() {
-        guard ifNotCompleted({ backoff = nil }) != nil else { return }
+        guard ifNotCompleted({ run.backoff = nil }) != nil else { return }
         startAttempt()
     }
 
@@ -342,23 +337,23 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Must be called under the lock.
     private func beginStep() -> Int {
-        stepCount += 1
-        awaitedStep = stepCount
-        return stepCount
+        run.stepCount += 1
+        run.awaitedStep = run.stepCount
+        return run.stepCount
     }
 
     /// Whether this is the first answer to `step`, while the operation has not completed.
     private func endStep(_ step: Int) -> Bool {
         ifNotCompleted {
-            guard awaitedStep == step else { return false }
-            awaitedStep = nil
+            guard run.awaitedStep == step else { return false }
+            run.awaitedStep = nil
             return true
         } ?? false
     }
 
     /// Must be called under the lock.
     private func currentAttempt(sending urlRequest: URLRequest) -> RequestAttempt {
-        RequestAttempt(identifier: identifier, number: attempt, urlRequest: urlRequest)
+        RequestAttempt(identifier: identifier, number: run.attempt, urlRequest: urlRequest)
     }
 
     /// Hands `event` to the monitors, after the events before it. Attempt events that come after the outcome
@@ -367,24 +362,51 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         let monitors: [any RequestEventMonitor]? = withLock {
             guard !policies.monitors.isEmpty else { return nil }
             if case .didFinish = event {} else if isCompletedUnderLock { return nil }
-            pendingEvents.append(event)
-            guard !isDeliveringEvents else { return nil }
-            isDeliveringEvents = true
+            run.pendingEvents.append(event)
+            guard !run.isDeliveringEvents else { return nil }
+            run.isDeliveringEvents = true
             return policies.monitors
         }
         guard let monitors else { return }
         while let event: MonitorEvent = withLock({
-            guard !pendingEvents.isEmpty else {
-                isDeliveringEvents = false
+            guard !run.pendingEvents.isEmpty else {
+                run.isDeliveringEvents = false
                 return nil
             }
-            return pendingEvents.removeFirst()
+            return run.pendingEvents.removeFirst()
         }) {
             for monitor in monitors {
                 event.deliver(to: monitor)
             }
         }
     }
+}
+
+/// The state of a running ``DataRequestOperation``, guarded by the operation's lock.
+private final class Run {
+    /// The attempt in progress, from 1.
+    var attempt = 1
+    /// The asynchronous step (makeURLRequest, an adapter, the credential) whose answer is awaited; any other
+    /// answer, such as a second call of the same callback, is ignored.
+    var awaitedStep: Int?
+    var stepCount = 0
+    var task: URLSessionTask?
+    /// The wait before the next attempt.
+    var backoff: DispatchWorkItem?
+    /// What the current attempt sent, with which credential, and when.
+    var sentRequest: URLRequest?
+    var credential: TokenAuthenticator.Credential?
+    var sendTime = DispatchTime.now()
+    var attemptsSent = 0
+    /// Whether the one resend after a token refresh has been used.
+    var resentAfterRefresh = false
+    /// The current attempt's response and the size of its body.
+    var response: HTTPURLResponse?
+    var bodyBytes = 0
+    var startTime: DispatchTime?
+    /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
+    var pendingEvents: [MonitorEvent] = []
+    var isDeliveringEvents = false
 }
 
 /// Seconds elapsed since `start`, on the monotonic clock.

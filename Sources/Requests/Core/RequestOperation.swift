@@ -114,7 +114,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     }
 
     /// Takes the policies of the queue the operation is added to. The default ignores them.
-    func adopt(_ queuePolicies: RequestPolicies) {}
+    func adopt(_ queuePolicies: PolicyBox) {}
 
     /// Called by whoever claimed the outcome, with its error (`nil` on success), before the completion is
     /// scheduled. The default does nothing.

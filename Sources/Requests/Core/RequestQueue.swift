@@ -87,7 +87,7 @@ extension OperationQueue: RequestQueue {
             completionQueue: completionQueue ?? underlyingQueue,
             completion: completion
         )
-        operation.adopt(requestPolicies)
+        operation.adopt(requestPolicyBox)
         // The key is set before the operation becomes reachable through the registry, so that whoever
         // completes it (for example cancelRequests(identifier:)) also removes it.
         let key = RequestRegistry.Key(queue: self, identifier: request.identifier)

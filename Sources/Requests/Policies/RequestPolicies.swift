@@ -83,8 +83,32 @@ extension OperationQueue {
     /// )
     /// ```
     public var requestPolicies: RequestPolicies {
-        get { QueuePolicyTable.shared.policies(for: self) }
-        set { QueuePolicyTable.shared.set(newValue, for: self) }
+        get { QueuePolicyTable.shared.policies(for: self).policies }
+        set { QueuePolicyTable.shared.set(PolicyBox(newValue), for: self) }
+    }
+
+    /// The queue's policies, shared by reference with its requests.
+    var requestPolicyBox: PolicyBox {
+        QueuePolicyTable.shared.policies(for: self)
+    }
+}
+
+/// Policies shared by reference: every queued operation holds a pointer to its queue's, not a copy, unless
+/// its request adds its own.
+final class PolicyBox: Sendable {
+    static let none = PolicyBox(RequestPolicies())
+
+    let policies: RequestPolicies
+
+    init(_ policies: RequestPolicies) {
+        self.policies = policies
+    }
+
+    /// These policies with `request`'s own added; `self` when it adds nothing.
+    func adding<R: NetworkRequest>(_ request: R) -> PolicyBox {
+        let addsNothing = request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
+            && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
+        return addsNothing ? self : PolicyBox(policies.adding(request))
     }
 }
 
@@ -93,7 +117,7 @@ extension OperationQueue {
 private final class QueuePolicyTable: @unchecked Sendable {
     private struct Entry {
         weak var queue: OperationQueue?
-        var policies: RequestPolicies
+        let policies: PolicyBox
     }
 
     static let shared = QueuePolicyTable()
@@ -101,14 +125,14 @@ private final class QueuePolicyTable: @unchecked Sendable {
     private let lock = NSLock()
     private var entries: [ObjectIdentifier: Entry] = [:]
 
-    func policies(for queue: OperationQueue) -> RequestPolicies {
+    func policies(for queue: OperationQueue) -> PolicyBox {
         lock.lock()
         defer { lock.unlock() }
-        guard let entry = entries[ObjectIdentifier(queue)], entry.queue === queue else { return RequestPolicies() }
+        guard let entry = entries[ObjectIdentifier(queue)], entry.queue === queue else { return .none }
         return entry.policies
     }
 
-    func set(_ policies: RequestPolicies, for queue: OperationQueue) {
+    func set(_ policies: PolicyBox, for queue: OperationQueue) {
         lock.lock()
         defer { lock.unlock() }
         entries = entries.filter { $0.value.queue != nil }

@@ -4,7 +4,7 @@ import FoundationNetworking
 import Foundation
 
 /// Runs a ``DataRequest``: builds the `URLRequest`, passes it through the ``RequestPolicies`` (adapters,
-/// authenticator, preconditions), sends it with a data task, validates the status code and the response,
+/// authenticator, then the header check and preconditions), sends it with a data task, validates the status code and the response,
 /// and turns the body into `Success` with the request's ``DataRequest/processResponse(_:response:)``.
 ///
 /// A failed attempt may be sent again inside this same operation: after a backoff, by the
@@ -179,6 +179,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     private func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         guard let preconditions = ifNotCompleted({ policies.preconditions }) else { return }
         do {
+            // CR or LF in a header would let a value smuggle in headers or a second request.
+            try HeaderSafety.check(urlRequest)
             for precondition in preconditions {
                 try precondition.check(urlRequest)
             }

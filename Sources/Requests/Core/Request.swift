@@ -8,7 +8,8 @@ public protocol Request {
     /// The value delivered when the request succeeds.
     associatedtype Success
     /// The error delivered when the request fails. Every error passes through ``mapError(_:)`` first.
-    associatedtype Failure: Error
+    /// Default: `Error`, every error as it is.
+    associatedtype Failure: Error = Error
 
     /// The result handed to a completion handler.
     typealias ResultType = Swift.Result<Success, Failure>

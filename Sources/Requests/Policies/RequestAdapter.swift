@@ -22,9 +22,11 @@ public struct RequestAdapter: Sendable {
         }
     }
 
-    /// An adapter that sets the header `field` to `value`, replacing any value already there.
+    /// An adapter that sets the header `field` to `value`, replacing any value already there. A name or value
+    /// with CR, LF or NUL fails the request with ``RequestBuildingError/invalidHeader(name:)``.
     public static func setHeader(_ value: String, for field: String) -> RequestAdapter {
         map { request in
+            try HeaderSafety.check(name: field, value: value)
             var request = request
             request.setValue(value, forHTTPHeaderField: field)
             return request

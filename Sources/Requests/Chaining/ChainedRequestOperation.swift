@@ -105,6 +105,20 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         withLock { self.queuePolicies = queuePolicies }
     }
 
+    /// A request that was never built (its dependency failed, `makeRequest` threw, or it was cancelled first)
+    /// still ends once for the queue's monitors; a built one reports for itself.
+    override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        let (built, monitors) = withLock { (requestOperation != nil, queuePolicies.policies.monitors) }
+        if !built, let error {
+            let summary = RequestSummary(
+                identifier: String(describing: T.self), urlRequest: nil, response: nil,
+                bodyBytes: 0, attempts: 0, duration: 0, error: error
+            )
+            monitors.forEach { $0.requestDidFinish(summary) }
+        }
+        runCompletion()
+    }
+
     override func cancelWork() {
         let (previous, requestOperation) = withLock { (self.previous, self.requestOperation) }
         requestOperation?.cancel()

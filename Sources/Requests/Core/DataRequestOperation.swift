@@ -27,8 +27,9 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// Everything about running the request, created when it starts: a queued operation stays small.
     private var lazyRun: Run?
 
-    /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`,
-    /// which adds its ``RequestPolicies``.
+    /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
+    /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
+    /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
     public init(
         request: R,
         session: URLSession = .shared,
@@ -53,9 +54,10 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     override final func adopt(_ queuePolicies: PolicyBox) {
-        withLock {
-            if let request { policyBox = queuePolicies.adding(request) }
-        }
+        // The request's properties are user code: read outside the lock.
+        guard let request = withLock({ request }) else { return }
+        let policies = queuePolicies.adding(request)
+        withLock { policyBox = policies }
     }
 
     /// Must be called under the lock.
@@ -102,7 +104,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    override final func willDeliver(_ error: Error?) {
+    override final func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
         let summary: RequestSummary = withLock {
             RequestSummary(
                 identifier: identifier,
@@ -114,7 +116,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
                 error: error
             )
         }
-        emit(.didFinish(summary))
+        emit(.didFinish(summary, then: runCompletion))
     }
 
     // MARK: - Preparing an attempt
@@ -122,8 +124,9 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// Asks the request for the `URLRequest` of the current attempt.
     private func startAttempt() {
         guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }
-        request.makeURLRequest { [self] urlRequest in
-            guard endStep(step) else { return }
+        // Weak, like every callback held by user code: a cancelled operation is not kept until it is called.
+        request.makeURLRequest { [weak self] urlRequest in
+            guard let self, endStep(step) else { return }
             switch urlRequest {
             case let .failure(error): complete(with: .failure(error))
             case let .success(urlRequest): adapt(urlRequest, from: 0)
@@ -139,8 +142,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             return
         }
         let receiver: any AttemptReceiver = self
-        adapters[index].adapt(urlRequest) { result in
-            receiver.adapted(result, step: step, nextAdapter: index + 1)
+        adapters[index].adapt(urlRequest) { [weak receiver] result in
+            receiver?.adapted(result, step: step, nextAdapter: index + 1)
         }
     }
 
@@ -159,7 +162,6 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             checkAndSend(urlRequest, credential: nil)
             return
         }
-        // Weak: a request cancelled while a refresh runs must not be kept until it ends.
         let receiver: any AttemptReceiver = self
         authenticator.credential { [weak receiver] credential in
             receiver?.authorized(urlRequest, with: credential, step: step)
@@ -359,17 +361,23 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     /// Hands `event` to the monitors, after the events before it. Attempt events that come after the outcome
-    /// (from an attempt a cancellation overtook) are dropped, so ``RequestEventMonitor/requestDidFinish(_:)`` is last.
+    /// (from an attempt a cancellation overtook) are dropped, so ``RequestEventMonitor/requestDidFinish(_:)`` is
+    /// last; the completion is scheduled only after it, by whichever thread delivers it.
     private func emit(_ event: MonitorEvent) {
         let monitors: [any RequestEventMonitor]? = withLock {
-            guard !policies.monitors.isEmpty else { return nil }
             if case .didFinish = event {} else if isCompletedUnderLock { return nil }
+            let monitors = policies.monitors
+            guard !monitors.isEmpty else { return [] }
             run.pendingEvents.append(event)
             guard !run.isDeliveringEvents else { return nil }
             run.isDeliveringEvents = true
-            return policies.monitors
+            return monitors
         }
         guard let monitors else { return }
+        guard !monitors.isEmpty else {
+            event.continuation?()
+            return
+        }
         while let event: MonitorEvent = withLock({
             guard !run.pendingEvents.isEmpty else {
                 run.isDeliveringEvents = false
@@ -380,6 +388,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             for monitor in monitors {
                 event.deliver(to: monitor)
             }
+            event.continuation?()
         }
     }
 }
@@ -422,7 +431,13 @@ private enum MonitorEvent {
     case didReceive(RequestAttempt, HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
     case didFail(RequestAttempt, Error, duration: TimeInterval)
     case didRetry(RequestAttempt, delay: TimeInterval)
-    case didFinish(RequestSummary)
+    case didFinish(RequestSummary, then: @Sendable () -> Void)
+
+    /// What runs once the monitors have seen the event: the completion, after the finish.
+    var continuation: (@Sendable () -> Void)? {
+        if case let .didFinish(_, continuation) = self { return continuation }
+        return nil
+    }
 
     func deliver(to monitor: any RequestEventMonitor) {
         switch self {
@@ -434,7 +449,7 @@ private enum MonitorEvent {
             monitor.requestDidFail(attempt, error: error, duration: duration)
         case let .didRetry(attempt, delay):
             monitor.requestDidRetry(attempt, delay: delay)
-        case let .didFinish(summary):
+        case let .didFinish(summary, _):
             monitor.requestDidFinish(summary)
         }
     }

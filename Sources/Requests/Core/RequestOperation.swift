@@ -116,9 +116,11 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     /// Takes the policies of the queue the operation is added to. The default ignores them.
     func adopt(_ queuePolicies: PolicyBox) {}
 
-    /// Called by whoever claimed the outcome, with its error (`nil` on success), before the completion is
-    /// scheduled. The default does nothing.
-    func willDeliver(_ error: Error?) {}
+    /// Called once the outcome is stored, with its error before `mapError` (`nil` on success); must call
+    /// `runCompletion` exactly once, which schedules the completion handler. The default calls it at once.
+    func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        runCompletion()
+    }
 
     /// Stops work in progress when a cancellation has won. Called before the completion is scheduled,
     /// so the work is still there to stop. The default does nothing.
@@ -148,9 +150,10 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         }
         // Set until the completion has run, which only the claimer can schedule.
         guard let mapError = withLock({ mapError }) else { return }
-        let result = outcome.mapError { error in
-            mapError((error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error)
+        let outcome = outcome.mapError { error in
+            (error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error
         }
+        let result = outcome.mapError(mapError)
         let key: RequestRegistry.Key? = withLock {
             storedResult = result
             defer { registryKey = nil }
@@ -158,18 +161,22 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         }
         // Unregister before the handler runs, so a request added from inside it is not taken for this one.
         if let key { RequestRegistry.shared.remove(self, for: key) }
-        if case let .failure(error) = result {
-            willDeliver(error)
-        } else {
-            willDeliver(nil)
-        }
 
-        if let completionQueue {
-            completionQueue.async { self.runCompletionAndFinish() }
-        } else if fromCancel {
-            DispatchQueue.global().async { self.runCompletionAndFinish() }
+        let error: Error?
+        if case let .failure(failure) = outcome { error = failure } else { error = nil }
+        let completionQueue = completionQueue
+        let runCompletion: @Sendable () -> Void = {
+            if let completionQueue {
+                completionQueue.async { self.runCompletionAndFinish() }
+            } else {
+                self.runCompletionAndFinish()
+            }
+        }
+        if fromCancel {
+            // Monitors and the completion handler are user code, and never run inside `cancel()`.
+            DispatchQueue.global().async { self.willDeliver(error, then: runCompletion) }
         } else {
-            runCompletionAndFinish()
+            willDeliver(error, then: runCompletion)
         }
     }
 

@@ -38,9 +38,10 @@ public struct Redaction: Sendable {
         lowercasedHeaders.contains(name.lowercased()) ? Self.placeholder : value
     }
 
-    /// `url` as text, with the values of hidden query parameters and any password replaced by the placeholder.
+    /// `url` as text, with the values of hidden query parameters and any password replaced by the placeholder
+    /// (the placeholder alone if the URL cannot be taken apart).
     public func string(for url: URL) -> String {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return url.absoluteString }
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return Self.placeholder }
         let (query, fragment) = (components.percentEncodedQuery, components.percentEncodedFragment)
         components.percentEncodedQuery = nil
         components.percentEncodedFragment = nil

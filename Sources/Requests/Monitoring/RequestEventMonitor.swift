@@ -7,7 +7,7 @@ import Foundation
 ///
 /// Attach monitors with ``RequestPolicies/monitors``; each is called in order. Every method has an empty
 /// default, so a monitor implements only what it needs. Calls come from the threads where things happen
-/// (the session's delegate queue, a global queue, the thread that cancels), never under a lock of Requests:
+/// (the session's delegate queue, a global queue), never under a lock of Requests and never inside `cancel()`:
 /// keep them quick. Durations are measured by Requests with a monotonic clock, because Linux delivers no
 /// task metrics.
 ///
@@ -24,7 +24,7 @@ public protocol RequestEventMonitor: Sendable {
     /// After a failed attempt, the next one will start in `delay` seconds (a retry, or a resend after a token refresh).
     func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval)
     /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
-    /// once per request, before its completion handler runs.
+    /// once per request, last, before its completion handler runs; after a cancellation, on a global queue.
     func requestDidFinish(_ summary: RequestSummary)
 }
 
@@ -53,18 +53,20 @@ public struct RequestAttempt: Sendable {
 
 /// How a request ended.
 public struct RequestSummary: Sendable {
-    /// The request's identifier.
+    /// The request's identifier; for a chained request that was never built, the name of its type.
     public let identifier: String
     /// The last `URLRequest` sent; `nil` if nothing was sent.
     public let urlRequest: URLRequest?
-    /// The last HTTP response received; `nil` if none was.
+    /// The last attempt's HTTP response; `nil` if that attempt got none (a transport error, or a cancellation
+    /// before the response or during a backoff).
     public let response: HTTPURLResponse?
-    /// The size of the last response's body.
+    /// The size of that response's body.
     public let bodyBytes: Int
     /// How many attempts were sent.
     public let attempts: Int
     /// Seconds from the start of the operation to its outcome, backoffs included.
     public let duration: TimeInterval
-    /// The failure as the completion handler receives it (after `mapError`); `nil` on success.
+    /// The failure as Requests met it, before the request's `mapError` (a cancellation is
+    /// ``RequestQueueError/cancelled``); `nil` on success.
     public let error: Error?
 }

@@ -12,7 +12,8 @@ import Foundation
 ///
 /// Header values and query parameters are hidden as its ``redaction`` says: by default the values of
 /// `Authorization`, `Cookie`, `Proxy-Authorization` and `Set-Cookie`. A transport error is written as its
-/// `URLError` code only, because its description repeats the unredacted URL.
+/// `URLError` code only, because its description repeats the unredacted URL; errors are the library's, before
+/// the request's `mapError`.
 public struct RequestLogger: RequestEventMonitor {
     /// What is hidden. Default: ``Redaction/init(headers:queryItems:)`` with the credential headers; name secret
     /// query parameters with `Redaction(queryItems: ["api_key"])`.
@@ -65,9 +66,13 @@ public struct RequestLogger: RequestEventMonitor {
     }
 
     private static func describe(_ error: Error) -> String {
-        if let error = error as? URLError {
+        switch error {
+        case let error as URLError:
             return "URLError \(error.code.rawValue)"
+        case let RequestQueueError.dependencyFailed(underlying):
+            return "A request this one depends on failed: \(describe(underlying))"
+        default:
+            return String(describing: error)
         }
-        return String(describing: error)
     }
 }

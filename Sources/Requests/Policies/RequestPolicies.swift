@@ -72,7 +72,10 @@ extension NetworkRequest {
 
 extension OperationQueue {
     /// The policies every request added to this queue from now on goes through (a request reads them when
-    /// it is added). Default: none.
+    /// it is added with `addRequest` or another `add…` method of Requests). Default: none.
+    ///
+    /// They are held for the queue by Requests, and released the next time any queue's policies are set after
+    /// this queue is freed; assign `RequestPolicies()` before dropping a queue to release them at once.
     ///
     /// ```swift
     /// queue.requestPolicies = RequestPolicies(
@@ -128,7 +131,11 @@ private final class QueuePolicyTable: @unchecked Sendable {
     func policies(for queue: OperationQueue) -> PolicyBox {
         lock.lock()
         defer { lock.unlock() }
-        guard let entry = entries[ObjectIdentifier(queue)], entry.queue === queue else { return .none }
+        guard let entry = entries[ObjectIdentifier(queue)] else { return .none }
+        guard entry.queue === queue else {
+            entries[ObjectIdentifier(queue)] = nil // a freed queue's, found at its old address
+            return .none
+        }
         return entry.policies
     }
 

@@ -4,7 +4,8 @@ import FoundationNetworking
 import Foundation
 
 /// A check of a response whose status code is valid, made before the body is processed. A check that
-/// throws fails the attempt with that error (which a ``RetryPolicy`` may retry).
+/// throws fails the request with that error (a ``RetryPolicy`` does not retry it: it retries statuses and
+/// transport errors).
 public struct ResponseValidation: Sendable {
     private let body: @Sendable (URLRequest, HTTPURLResponse, Data) throws -> Void
 

@@ -31,8 +31,17 @@ public final class TokenAuthenticator: @unchecked Sendable {
         case rateLimited
     }
 
+    /// The waiting requests fail with this when a refresh has not called back within ``refreshTimeout``.
+    public struct RefreshTimedOut: Error, CustomStringConvertible {
+        /// Names the problem.
+        public var description: String { "The token refresh did not call back in time." }
+    }
+
     /// The shortest time between the end of one refresh and the start of the next. Default: 10 s.
     public let minimumRefreshInterval: TimeInterval
+    /// How long a refresh may take before the requests waiting for it fail with ``RefreshTimedOut``; its late
+    /// answer is then ignored. Default: 60 s.
+    public let refreshTimeout: TimeInterval
     /// Statuses that mean "the token was refused". Default: 401.
     public let unauthorizedStatusCodes: Set<Int>
     private let authorize: @Sendable (inout URLRequest, String) -> Void
@@ -55,6 +64,7 @@ public final class TokenAuthenticator: @unchecked Sendable {
     public init(
         token: String?,
         minimumRefreshInterval: TimeInterval = 10,
+        refreshTimeout: TimeInterval = 60,
         unauthorizedStatusCodes: Set<Int> = [401],
         authorize: @escaping @Sendable (inout URLRequest, String) -> Void = { request, token in
             request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
@@ -63,6 +73,7 @@ public final class TokenAuthenticator: @unchecked Sendable {
     ) {
         self.currentToken = token
         self.minimumRefreshInterval = minimumRefreshInterval
+        self.refreshTimeout = refreshTimeout
         self.unauthorizedStatusCodes = unauthorizedStatusCodes
         self.authorize = authorize
         self.refreshToken = refresh
@@ -76,12 +87,21 @@ public final class TokenAuthenticator: @unchecked Sendable {
     }
 
     /// Replaces the token, for example after a login. A request rejected after being sent with the old one is
-    /// sent again with this one, without a refresh.
+    /// sent again with this one, without a refresh. A refresh in progress ends: the requests waiting for it go
+    /// on with this token, and its answer is ignored.
     public func setToken(_ token: String?) {
         lock.lock()
-        defer { lock.unlock() }
         currentToken = token
         generation += 1
+        let waiting = waiters
+        if waiting != nil {
+            waiters = nil
+            refreshNumber += 1
+            lastRefreshEnd = .now()
+        }
+        let credential = Credential(token: currentToken, generation: generation)
+        lock.unlock()
+        waiting?.forEach { $0(.success(credential)) }
     }
 
     /// Calls back with the credential to send, after the refresh in progress if there is one.
@@ -133,6 +153,9 @@ public final class TokenAuthenticator: @unchecked Sendable {
         refreshNumber += 1
         let (number, token) = (refreshNumber, currentToken)
         lock.unlock()
+        DispatchQueue.global().asyncAfter(deadline: .now() + refreshTimeout) { [weak self] in
+            self?.refreshEnded(number, with: .failure(RefreshTimedOut()))
+        }
         refreshToken(token) { [self] result in
             refreshEnded(number, with: result)
         }
@@ -142,7 +165,7 @@ public final class TokenAuthenticator: @unchecked Sendable {
         lock.lock()
         guard number == refreshNumber, let waiting = waiters else {
             lock.unlock()
-            return // a second call for the same refresh
+            return // a second or late answer, after a timeout or setToken
         }
         waiters = nil
         lastRefreshEnd = .now()

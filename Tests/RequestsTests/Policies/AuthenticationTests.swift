@@ -241,6 +241,34 @@ final class AuthenticationTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 1)
     }
 
+    func testSetTokenEndsARefreshThatNeverAnswersAndATimeoutFailsTheWaiters() {
+        // Given a refresh that never calls back
+        let (path, requests) = recordedRoute { request in
+            request.headers["authorization"] == "Bearer fresh" ? .text("ok") : LoopbackResponse(status: 401)
+        }
+        let started = Recorder<Bool>()
+        let hung = TokenAuthenticator(token: "stale") { _, _ in started.append(true) }
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(authenticator: hung)
+        let results = Recorder<Result<Data, Error>>()
+        queue.addRequest(PolicyRequest(url: server.url(path)), session: testSession) { results.append($0) }
+        waitUntil("the refresh starts") { started.count == 1 }
+        // When a login sets a new token
+        hung.setToken("fresh")
+        queue.waitUntilAllOperationsAreFinished()
+        // Then the waiting request goes on with it
+        XCTAssertNotNil(results.values.first?.success)
+        XCTAssertEqual(requests.values.map { $0.headers["authorization"] }, ["Bearer stale", "Bearer fresh"])
+
+        // And with a timeout instead, the waiting request fails with RefreshTimedOut
+        let timingOut = TokenAuthenticator(token: "stale", refreshTimeout: 0.3) { _, _ in }
+        queue.requestPolicies = RequestPolicies(authenticator: timingOut)
+        let late = Recorder<Result<Data, Error>>()
+        queue.addRequest(PolicyRequest(url: server.url(path)), session: testSession) { late.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(late.values.first?.failure is TokenAuthenticator.RefreshTimedOut)
+    }
+
     func testSetTokenResendsARejectedRequestWithoutARefresh() {
         // Given a request rejected while its token was replaced (a new login)
         let (path, requests) = recordedRoute { request in

@@ -108,6 +108,43 @@ final class MonitorTests: XCTestCase {
         XCTAssertEqual(log.events, ["willSend 1", "didFinish 1 failure"])
     }
 
+    func testTheFinishComesBeforeTheCompletionWhenACancellationOvertakesASlowMonitor() {
+        // Given a monitor that is slow in requestWillSend
+        final class Slow: RequestEventMonitor {
+            let order: Recorder<String>
+            init(order: Recorder<String>) { self.order = order }
+            func requestWillSend(_ attempt: RequestAttempt) {
+                order.append("willSend")
+                Thread.sleep(forTimeInterval: 0.3)
+            }
+            func requestDidFinish(_ summary: RequestSummary) { order.append("didFinish") }
+        }
+        let order = Recorder<String>()
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(monitors: [Slow(order: order)])
+        let operation = queue.addRequest(PolicyRequest(url: server.url("/fault/never-respond")), session: testSession) { _ in
+            order.append("completion")
+        }
+        // When the request is cancelled while the monitor is busy
+        waitUntil("the monitor is called") { order.count == 1 }
+        operation.cancel()
+        queue.waitUntilAllOperationsAreFinished()
+        // Then the finish still came before the completion
+        XCTAssertEqual(order.values, ["willSend", "didFinish", "completion"])
+    }
+
+    func testAChainedRequestThatIsNeverBuiltStillFinishesForMonitors() {
+        let log = EventLog()
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(monitors: [log])
+        let first = queue.addRequest(PolicyRequest(url: server.url("/status/500")), session: testSession)
+        let second = queue.addRequest(after: first, session: testSession) { _ in PolicyRequest(url: self.server.url("/json")) }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertNotNil(second.result?.failure)
+        XCTAssertEqual(log.events, ["willSend 1", "didReceive 1 500 46", "didFail 1", "didFinish 1 failure", "didFinish 0 failure"])
+        XCTAssertEqual(log.summaries.last?.identifier, "PolicyRequest")
+    }
+
     func testFinishIsReportedOnceAndLastUnderRandomCancellation() {
         // Given 300 requests with random server delays, two thirds of them cancelled at random moments
         let timeline = TimelineMonitor()
@@ -174,6 +211,30 @@ final class LoggerTests: XCTestCase {
         XCTAssertTrue(line.contains("Cookie: <redacted>"), line)
         XCTAssertTrue(line.contains("Set-Cookie: <redacted>"), line)
         XCTAssertFalse(line.contains("SECRET"), line)
+    }
+
+    func testAMappedFailureIsLoggedAsTheLibrarysError() throws {
+        struct Wrapped: Error { let underlying: Error }
+        struct Mapped: DataRequest {
+            typealias Success = Data
+            typealias Failure = Wrapped
+            let url: URL
+            var identifier: String { "mapped" }
+            func mapError(_ error: Error) -> Wrapped { Wrapped(underlying: error) }
+            func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) { completion(.success(URLRequest(url: url))) }
+            func processData(_ data: Data) throws -> Data { data }
+        }
+        let stopped = try LoopbackServer()
+        let url = stopped.url("/json?token=SECRET")
+        stopped.stop()
+        let lines = Recorder<String>()
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(monitors: [RequestLogger(redaction: Redaction(queryItems: ["token"])) { lines.append($0) }])
+        let operation = queue.addRequest(Mapped(url: url), session: testSession)
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertNotNil(operation.result?.failure)
+        XCTAssertTrue(lines.values.first?.hasSuffix("failed: URLError -1004") ?? false, lines.values.first ?? "")
+        XCTAssertFalse(lines.values.first?.contains("SECRET") ?? true)
     }
 
     func testFailuresAreLoggedWithoutTheURLAgain() throws {

@@ -130,14 +130,14 @@ final class AdapterTests: XCTestCase {
             operation.cancel()
         }
         waitUntil("the completion") { results.count == 1 }
+        // Then it is released although the adapter still holds its callback
+        waitUntil("the operation is released") { weakOperation == nil }
         held.value?(.success(URLRequest(url: TestServer.url(path))))
         queue.waitUntilAllOperationsAreFinished()
-        // Then it completed once with the cancellation, and nothing was sent
+        // And it completed once with the cancellation, and nothing was sent
         XCTAssertTrue(results.values.first?.failure?.isRequestCancellation ?? false)
         XCTAssertEqual(results.count, 1)
         XCTAssertEqual(requests.count, 0)
-        held.value = nil
-        waitUntil("the operation is released") { weakOperation == nil }
     }
 
     func testAdaptersRunForEveryAttempt() {
@@ -178,6 +178,19 @@ final class AdapterTests: XCTestCase {
         // Then every request of the first queue carried the header, and the other queue's did not
         XCTAssertEqual(requests.values.map { $0.headers["x-policy"] }, ["on", "on", "on", "on", "on", nil])
         XCTAssertEqual(plainQueue.requestPolicies.adapters.count, 0)
+    }
+
+    func testAFreedQueuesPoliciesAreReleasedWhenPoliciesAreSetAgain() {
+        final class Monitor: RequestEventMonitor {}
+        weak var weakMonitor: Monitor?
+        do {
+            let monitor = Monitor()
+            weakMonitor = monitor
+            let queue = OperationQueue()
+            queue.requestPolicies = RequestPolicies(monitors: [monitor])
+        }
+        OperationQueue().requestPolicies = RequestPolicies()
+        XCTAssertNil(weakMonitor)
     }
 }
 

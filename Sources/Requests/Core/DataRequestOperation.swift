@@ -206,7 +206,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
         // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
         let receiver: any AttemptReceiver = self
-        let task = session.dataTask(with: urlRequest) { data, response, error in
+        let task = Self.task(for: urlRequest, on: session) { data, response, error in
             receiver.receive(data: data, response: response, error: error)
         }
         // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
@@ -225,6 +225,27 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         if hasCompleted {
             task.cancel()
         }
+    }
+
+    /// A data task, or for a multipart body streamed from a temporary file, an upload task from that file:
+    /// on Linux a body stream is sent chunked, without the exact `Content-Length`.
+    private static func task(
+        for urlRequest: URLRequest,
+        on session: URLSession,
+        completion: @escaping @Sendable (Data?, URLResponse?, Error?) -> Void
+    ) -> URLSessionTask {
+        #if canImport(FoundationNetworking)
+        if let stream = urlRequest.httpBodyStream as? TemporaryFileStream, let file = stream.fileURL {
+            var request = urlRequest
+            request.httpBodyStream = nil
+            let openFile = KeptAlive(stream) // the stream removes the file when it is released, after the upload
+            return session.uploadTask(with: request, fromFile: file) { data, response, error in
+                withExtendedLifetime(openFile) {}
+                completion(data, response, error)
+            }
+        }
+        #endif
+        return session.dataTask(with: urlRequest, completionHandler: completion)
     }
 
     fileprivate func receive(data: Data?, response: URLResponse?, error: Error?) {
@@ -418,6 +439,15 @@ private final class Run {
     /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
     var pendingEvents: [MonitorEvent] = []
     var isDeliveringEvents = false
+}
+
+/// Keeps an object alive from a `@Sendable` closure that never touches it.
+private final class KeptAlive: @unchecked Sendable {
+    private let object: AnyObject
+
+    init(_ object: AnyObject) {
+        self.object = object
+    }
 }
 
 /// Seconds elapsed since `start`, on the monotonic clock.

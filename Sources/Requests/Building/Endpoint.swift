@@ -1,0 +1,256 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Where and how a request is sent, declared as data: a base URL, a path, a method, query parameters,
+/// headers and a body. Nothing is checked or encoded until ``urlRequest()``, which throws a clear error for bad
+/// input, so declaring an endpoint never fails.
+///
+/// ```swift
+/// let api = Endpoint("https://api.example.com/v1")
+/// api.get("recipes", query: ["q": "pancakes", "page": 2])
+/// api.post("recipes", body: .json(newRecipe))
+/// ```
+public struct Endpoint: Sendable, CustomStringConvertible {
+    /// The absolute http(s) URL the path is added to; it may have a path and a query of its own.
+    public var baseURL: String
+    /// Added to the base URL's path with exactly one `/` between them. Characters that cannot appear in a path
+    /// are percent-encoded; `?`, `#` and control characters are refused (use ``query``).
+    public var path: String
+    /// Default: `GET`.
+    public var method: HTTPMethod
+    /// Added after any query the base URL has. Default: none.
+    public var query: QueryParameters
+    /// Default: none. They are set after the body's `Content-Type`, so they can replace it.
+    public var headers: HTTPHeaders
+    /// Default: none.
+    public var body: RequestBody?
+    /// How ``query`` and form bodies are encoded. Default: `URLQueryEncoder()`.
+    public var queryEncoder: URLQueryEncoder
+
+    /// An endpoint at `baseURL` itself; derive others from it with ``get(_:query:headers:)`` and the like.
+    public init(
+        _ baseURL: String,
+        path: String = "",
+        method: HTTPMethod = .get,
+        query: QueryParameters = [:],
+        headers: HTTPHeaders = [:],
+        body: RequestBody? = nil,
+        queryEncoder: URLQueryEncoder = URLQueryEncoder()
+    ) {
+        self.baseURL = baseURL
+        self.path = path
+        self.method = method
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.queryEncoder = queryEncoder
+    }
+
+    /// An endpoint below this one: `path` is appended to this path, `headers` are added to these, and the
+    /// query, method and body are the given ones.
+    public func endpoint(
+        _ method: HTTPMethod,
+        _ path: String,
+        query: QueryParameters = [:],
+        headers: HTTPHeaders = [:],
+        body: RequestBody? = nil
+    ) -> Endpoint {
+        var endpoint = self
+        endpoint.method = method
+        endpoint.path = Self.join(self.path, path)
+        endpoint.query = query
+        endpoint.headers = self.headers.merging(headers)
+        endpoint.body = body
+        return endpoint
+    }
+
+    /// A `GET` of `path` below this endpoint.
+    public func get(_ path: String, query: QueryParameters = [:], headers: HTTPHeaders = [:]) -> Endpoint {
+        endpoint(.get, path, query: query, headers: headers)
+    }
+
+    /// A `POST` of `body` to `path` below this endpoint.
+    public func post(_ path: String, query: QueryParameters = [:], headers: HTTPHeaders = [:], body: RequestBody? = nil) -> Endpoint {
+        endpoint(.post, path, query: query, headers: headers, body: body)
+    }
+
+    /// A `PUT` of `body` to `path` below this endpoint.
+    public func put(_ path: String, query: QueryParameters = [:], headers: HTTPHeaders = [:], body: RequestBody? = nil) -> Endpoint {
+        endpoint(.put, path, query: query, headers: headers, body: body)
+    }
+
+    /// A `PATCH` of `body` to `path` below this endpoint.
+    public func patch(_ path: String, query: QueryParameters = [:], headers: HTTPHeaders = [:], body: RequestBody? = nil) -> Endpoint {
+        endpoint(.patch, path, query: query, headers: headers, body: body)
+    }
+
+    /// A `DELETE` of `path` below this endpoint.
+    public func delete(_ path: String, query: QueryParameters = [:], headers: HTTPHeaders = [:]) -> Endpoint {
+        endpoint(.delete, path, query: query, headers: headers)
+    }
+
+    /// The full URL: the base URL, the path joined with one `/`, and the base URL's query followed by ``query``.
+    public func url() throws -> URL {
+        guard var components = URLComponents(string: baseURL),
+              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = components.host, !host.isEmpty
+        else { throw RequestBuildingError.invalidBaseURL(baseURL) }
+        if !path.isEmpty {
+            let joined = Self.join(components.percentEncodedPath, try Self.encodedPath(path))
+            components.percentEncodedPath = joined.hasPrefix("/") ? joined : "/" + joined
+        }
+        let added = try query.encoded(with: queryEncoder)
+        if !added.isEmpty {
+            components.percentEncodedQuery = [components.percentEncodedQuery, added]
+                .compactMap { $0?.isEmpty == false ? $0 : nil }
+                .joined(separator: "&")
+        }
+        guard let url = components.url else { throw RequestBuildingError.invalidPath(path) }
+        return url
+    }
+
+    /// The `URLRequest`: ``url()``, the method, the body with its `Content-Type` and `Content-Length`, then
+    /// the headers. Throws ``RequestBuildingError`` or the encoder's `EncodingError`.
+    public func urlRequest() throws -> URLRequest {
+        var request = URLRequest(url: try url())
+        request.httpMethod = method.rawValue
+        try body?.apply(to: &request, queryEncoder: queryEncoder)
+        for field in headers {
+            try HeaderSafety.check(name: field.name, value: field.value)
+            request.setValue(field.value, forHTTPHeaderField: field.name)
+        }
+        try HeaderSafety.check(request)
+        return request
+    }
+
+    /// `METHOD url`, or `METHOD base/path` when the URL cannot be built. The default identifier of an
+    /// ``EndpointRequest``.
+    public var description: String {
+        "\(method.rawValue) \((try? url().absoluteString) ?? Self.join(baseURL, path))"
+    }
+
+    /// `first` and `second` with exactly one `/` between them (none when either is empty).
+    static func join(_ first: String, _ second: String) -> String {
+        guard !first.isEmpty else { return second }
+        guard !second.isEmpty else { return first }
+        let head = first.hasSuffix("/") ? String(first.dropLast()) : first
+        let tail = second.hasPrefix("/") ? String(second.dropFirst()) : second
+        return head + "/" + tail
+    }
+
+    /// `path` percent-encoded for a URL path; `?`, `#` and control characters are refused.
+    private static func encodedPath(_ path: String) throws -> String {
+        guard !path.unicodeScalars.contains(where: { $0 == "?" || $0 == "#" || $0.properties.generalCategory == .control }) else {
+            throw RequestBuildingError.invalidPath(path)
+        }
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.insert("%")
+        guard let encoded = path.addingPercentEncoding(withAllowedCharacters: allowed) else {
+            throw RequestBuildingError.invalidPath(path)
+        }
+        return encoded
+    }
+}
+
+/// Query parameters: a dictionary literal of `Encodable` values, or any `Encodable` value with keyed fields.
+///
+/// ```swift
+/// api.get("recipes", query: ["q": text, "tags": ["quick", "vegan"], "page": 2])
+/// api.get("recipes", query: .encodable(filter))
+/// ```
+public struct QueryParameters: Sendable, ExpressibleByDictionaryLiteral {
+    private let encode: @Sendable (URLQueryEncoder) throws -> String
+
+    /// The parameters of a literal; a repeated key keeps the last value.
+    public init(dictionaryLiteral elements: (String, any Encodable & Sendable)...) {
+        let parameters = Dictionary(elements, uniquingKeysWith: { _, last in last })
+        encode = { encoder in parameters.isEmpty ? "" : try encoder.encode(parameters) }
+    }
+
+    /// The keyed fields of `value`.
+    public static func encodable<T: Encodable & Sendable>(_ value: T) -> QueryParameters {
+        QueryParameters { encoder in try encoder.encode(value) }
+    }
+
+    private init(encode: @escaping @Sendable (URLQueryEncoder) throws -> String) {
+        self.encode = encode
+    }
+
+    /// The percent-encoded query, `a=1&b=2`, or `""` for none.
+    func encoded(with encoder: URLQueryEncoder) throws -> String {
+        try encode(encoder)
+    }
+}
+
+/// A request body, with the `Content-Type` it sets.
+public struct RequestBody: Sendable {
+    private let body: @Sendable (inout URLRequest, URLQueryEncoder) throws -> Void
+
+    private init(_ body: @escaping @Sendable (inout URLRequest, URLQueryEncoder) throws -> Void) {
+        self.body = body
+    }
+
+    /// `value` as JSON, with `Content-Type: application/json; charset=utf-8`. A value JSON cannot hold (such as
+    /// `Double.nan`) fails with the encoder's `EncodingError`. Default encoder: a new `JSONEncoder`.
+    public static func json<T: Encodable & Sendable>(_ value: T, encoder: JSONEncoder = JSONEncoder()) -> RequestBody {
+        RequestBody { request, _ in
+            request.httpBody = try encoder.encode(value)
+            request.setValue("application/json; charset=utf-8", forHTTPHeaderField: "Content-Type")
+        }
+    }
+
+    /// `parameters` URL-encoded as a form, with `Content-Type: application/x-www-form-urlencoded; charset=utf-8`,
+    /// encoded by the endpoint's ``Endpoint/queryEncoder``.
+    public static func form(_ parameters: QueryParameters) -> RequestBody {
+        RequestBody { request, encoder in
+            request.httpBody = Data(try parameters.encoded(with: encoder).utf8)
+            request.setValue("application/x-www-form-urlencoded; charset=utf-8", forHTTPHeaderField: "Content-Type")
+        }
+    }
+
+    /// `data` as it is, with `contentType`.
+    public static func data(_ data: Data, contentType: String) -> RequestBody {
+        RequestBody { request, _ in
+            request.httpBody = data
+            request.setValue(contentType, forHTTPHeaderField: "Content-Type")
+        }
+    }
+
+    /// `form` as `multipart/form-data`: in memory when small, streamed from a temporary file when large.
+    public static func multipart(_ form: MultipartFormData) -> RequestBody {
+        RequestBody { request, _ in _ = try form.apply(to: &request) }
+    }
+
+    /// Sets the body and its headers on `request`.
+    func apply(to request: inout URLRequest, queryEncoder: URLQueryEncoder) throws {
+        try body(&request, queryEncoder)
+    }
+}
+
+/// A request declared by an ``Endpoint``: `makeURLRequest` and `identifier` come from it.
+///
+/// ```swift
+/// struct SearchRecipes: DecodableRequest, EndpointRequest {
+///     typealias Success = [Recipe]
+///     let text: String
+///     var endpoint: Endpoint { api.get("recipes", query: ["q": text]) }
+/// }
+/// ```
+public protocol EndpointRequest: NetworkRequest {
+    /// Where and how the request is sent; read once per attempt.
+    var endpoint: Endpoint { get }
+}
+
+extension EndpointRequest {
+    /// The endpoint's method and URL, such as `GET https://api.example.com/v1/recipes?q=pancakes`.
+    public var identifier: String {
+        endpoint.description
+    }
+
+    /// The endpoint's `URLRequest`, or the error that prevents building it.
+    public func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(Result { try endpoint.urlRequest() })
+    }
+}

@@ -1,0 +1,436 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A `multipart/form-data` body (RFC 7578) of text fields, data parts and file parts, in the order appended.
+///
+/// ``apply(to:)`` encodes it into a `URLRequest`. Files are only read then, in 64 KiB chunks, never whole.
+///
+/// Names and file names are sent as quoted strings in `Content-Disposition`, escaped as browsers do (WHATWG HTML):
+/// `"` becomes `%22`, CR `%0D` and LF `%0A`, so no input can end the header early or inject another one.
+/// Everything else, non-ASCII UTF-8 and `%` included, is sent as is.
+public struct MultipartFormData: Sendable {
+    /// Bodies of at least this many bytes are written to a temporary file and sent as `httpBodyStream`;
+    /// smaller ones are built in memory as `httpBody`. Default: 10_000_000.
+    public var streamingThreshold = 10_000_000
+
+    private enum Content: Sendable {
+        case data(Data)
+        case file(URL)
+    }
+
+    private struct Part: Sendable {
+        let name: String
+        let fileName: String?
+        let mimeType: String?
+        let content: Content
+    }
+
+    private var parts: [Part] = []
+    private let makeBoundary: @Sendable () -> String
+
+    /// An empty form.
+    public init() {
+        self.init(boundaryGenerator: MultipartFormData.randomBoundary)
+    }
+
+    /// For tests: each try of ``apply(to:)`` takes the next boundary from `boundaryGenerator`.
+    init(boundaryGenerator: @escaping @Sendable () -> String) {
+        makeBoundary = boundaryGenerator
+    }
+
+    /// Appends a text field, sent as UTF-8 without a `Content-Type`.
+    public mutating func append(_ value: String, name: String) {
+        parts.append(Part(name: name, fileName: nil, mimeType: nil, content: .data(Data(value.utf8))))
+    }
+
+    /// Appends a data part. `fileName` (default none) is sent only if given; `mimeType` defaults to the one of
+    /// `fileName`'s extension, else `application/octet-stream`.
+    public mutating func append(_ data: Data, name: String, fileName: String? = nil, mimeType: String? = nil) {
+        let type = mimeType ?? fileName.map { Self.mimeType(forExtension: ($0 as NSString).pathExtension) }
+        parts.append(Part(name: name, fileName: fileName, mimeType: type ?? Self.octetStream, content: .data(data)))
+    }
+
+    /// Appends the file at `url`, read when ``apply(to:)`` runs. `fileName` defaults to `url.lastPathComponent`;
+    /// `mimeType` to the one of the URL's extension (such as `png` → `image/png`), else `application/octet-stream`.
+    public mutating func append(fileAt url: URL, name: String, fileName: String? = nil, mimeType: String? = nil) {
+        let type = mimeType ?? Self.mimeType(forExtension: url.pathExtension)
+        parts.append(Part(name: name, fileName: fileName ?? url.lastPathComponent, mimeType: type, content: .file(url)))
+    }
+
+    /// Sets the body of `request`, `Content-Type: multipart/form-data; boundary=…` and, for a body in memory,
+    /// its exact `Content-Length`. The method is left alone. Each call encodes anew (files are read again),
+    /// so every attempt of a retried request gets a fresh body or stream.
+    ///
+    /// A streamed body (see ``streamingThreshold``) comes from a temporary file that lives only as long as the
+    /// stream (and is unlinked as soon as the stream is opened), so nothing is left behind whether the request
+    /// succeeds, fails, is cancelled or is never sent. On Linux, URLSession sends a body stream with
+    /// `Transfer-Encoding: chunked`, and a `Content-Length` next to it is forbidden (RFC 9112 §6.1; nginx answers
+    /// 400), so the request gets no `Content-Length`; Requests sends such a body as an upload from the file
+    /// instead, with its exact `Content-Length`.
+    ///
+    /// Throws `RequestBuildingError.unreadableFile` for a file part that is missing, unreadable or not a regular
+    /// file, `.invalidHeader(name: "Content-Type")` for a MIME type holding CR, LF or NUL, and a `POSIXError`
+    /// if the temporary file cannot be written.
+    /// - Returns: the exact length of the body in bytes.
+    @discardableResult
+    public func apply(to request: inout URLRequest) throws -> Int {
+        let heads = try parts.map(Self.head)
+        var estimate = 0
+        for (part, head) in zip(parts, heads) {
+            estimate += head.count + 80  // + the boundary line and CRLF
+            switch part.content {
+            case let .data(data): estimate += data.count
+            case let .file(url): estimate += try Self.openRegularFile(url, thenClose: true).size
+            }
+        }
+        let streamed = estimate >= streamingThreshold
+        // The boundary must not occur in the content. A random one of 32 alphanumerics never does unless planted,
+        // so a collision is only ever met in tests; each try costs one more pass over the content.
+        for _ in 0..<Self.boundaryTries {
+            let boundary = makeBoundary()
+            guard Self.isValid(boundary) else { continue }
+            let sink = try streamed ? BodySink(temporaryFileIn: FileManager.default.temporaryDirectory) : BodySink(capacity: estimate)
+            guard try write(heads, boundary: boundary, to: sink) else { continue }
+            request.setValue("multipart/form-data; boundary=\(boundary)", forHTTPHeaderField: "Content-Type")
+            if streamed {
+                request.httpBody = nil
+                request.httpBodyStream = sink.makeStream()
+                #if canImport(FoundationNetworking)
+                request.setValue(nil, forHTTPHeaderField: "Content-Length")
+                #else
+                request.setValue(String(sink.count), forHTTPHeaderField: "Content-Length")
+                #endif
+            } else {
+                request.httpBodyStream = nil
+                request.httpBody = sink.data
+                request.setValue(String(sink.count), forHTTPHeaderField: "Content-Length")
+            }
+            return sink.count
+        }
+        throw BoundaryCollision()
+    }
+
+    // MARK: - Encoding
+
+    static let boundaryTries = 8
+    private static let octetStream = "application/octet-stream"
+    private static let chunkSize = 64 * 1024
+
+    /// Every boundary the generator offered occurred in the content. Only an injected generator can cause it.
+    struct BoundaryCollision: Error {}
+
+    private static let alphanumerics = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".unicodeScalars)
+
+    /// `Requests-` and 32 random alphanumerics (about 190 bits).
+    static func randomBoundary() -> String {
+        "Requests-" + String(String.UnicodeScalarView((0..<32).map { _ in alphanumerics[Int.random(in: 0..<alphanumerics.count)] }))
+    }
+
+    /// 1 to 70 alphanumerics, `-`, `_` or `.`, which need no quoting in `Content-Type` (RFC 2046 allows a few more).
+    static func isValid(_ boundary: String) -> Bool {
+        (1...70).contains(boundary.unicodeScalars.count)
+            && boundary.unicodeScalars.allSatisfy { alphanumerics.contains($0) || "-_.".unicodeScalars.contains($0) }
+    }
+
+    /// The header block of a part, up to and including its empty line.
+    private static func head(of part: Part) throws -> Data {
+        var text = "Content-Disposition: form-data; name=\"\(escaped(part.name))\""
+        if let fileName = part.fileName { text += "; filename=\"\(escaped(fileName))\"" }
+        text += "\r\n"
+        if let type = part.mimeType {
+            guard !type.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+                throw RequestBuildingError.invalidHeader(name: "Content-Type")
+            }
+            text += "Content-Type: \(type)\r\n"
+        }
+        return Data((text + "\r\n").utf8)
+    }
+
+    /// WHATWG's escaping for names in multipart/form-data. On unicode scalars: "\r\n" is a single `Character`.
+    static func escaped(_ text: String) -> String {
+        var result = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": result.append(contentsOf: "%22".unicodeScalars)
+            case "\r": result.append(contentsOf: "%0D".unicodeScalars)
+            case "\n": result.append(contentsOf: "%0A".unicodeScalars)
+            default: result.append(scalar)
+            }
+        }
+        return String(result)
+    }
+
+    /// Writes the whole body. Returns `false`, leaving `sink` half written, as soon as `boundary` occurs in a
+    /// part's headers or content.
+    private func write(_ heads: [Data], boundary: String, to sink: BodySink) throws -> Bool {
+        let pattern = Data(boundary.utf8)
+        for (part, head) in zip(parts, heads) {
+            guard !head.contains(pattern) else { return false }
+            try sink.write(Data("--\(boundary)\r\n".utf8) + head)
+            switch part.content {
+            case let .data(data):
+                guard !data.contains(pattern) else { return false }
+                try sink.write(data)
+            case let .file(url):
+                guard try Self.copy(url, to: sink, unless: pattern) else { return false }
+            }
+            try sink.write(Data("\r\n".utf8))
+        }
+        try sink.write(Data("--\(boundary)--\r\n".utf8))
+        return true
+    }
+
+    /// Copies the file in chunks while looking for `pattern`, also across chunk edges. Returns `false` if found.
+    private static func copy(_ url: URL, to sink: BodySink, unless pattern: Data) throws -> Bool {
+        let fd = try openRegularFile(url, thenClose: false).fd
+        defer { closeDescriptor(fd) }
+        var buffer = Data(count: chunkSize)
+        var tail = Data()  // the last `pattern.count - 1` bytes copied, where an occurrence may begin
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { throw RequestBuildingError.unreadableFile(url) }
+            if count == 0 { return true }
+            let chunk = buffer.prefix(count)
+            guard !chunk.contains(pattern), !(tail + chunk.prefix(pattern.count - 1)).contains(pattern) else { return false }
+            try sink.write(chunk)
+            tail = Data((chunk.count >= pattern.count - 1 ? chunk : tail + chunk).suffix(pattern.count - 1))
+        }
+    }
+
+    /// Opens `url` for reading, checking that it is a regular file; returns the descriptor (−1 if closed) and size.
+    private static func openRegularFile(_ url: URL, thenClose: Bool) throws -> (fd: Int32, size: Int) {
+        let fd = url.isFileURL ? open(url.path, O_RDONLY | O_CLOEXEC) : -1
+        guard fd >= 0 else { throw RequestBuildingError.unreadableFile(url) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG) else {
+            closeDescriptor(fd)
+            throw RequestBuildingError.unreadableFile(url)
+        }
+        if thenClose { closeDescriptor(fd) }
+        return (thenClose ? -1 : fd, Int(info.st_size))
+    }
+
+    /// The MIME type for a file name extension (any case); `application/octet-stream` for an unknown one.
+    static func mimeType(forExtension pathExtension: String) -> String {
+        switch pathExtension.lowercased() {
+        case "png": return "image/png"
+        case "jpg", "jpeg": return "image/jpeg"
+        case "gif": return "image/gif"
+        case "webp": return "image/webp"
+        case "svg": return "image/svg+xml"
+        case "heic": return "image/heic"
+        case "json": return "application/json"
+        case "xml": return "application/xml"
+        case "pdf": return "application/pdf"
+        case "zip": return "application/zip"
+        case "gz": return "application/gzip"
+        case "txt": return "text/plain"
+        case "html", "htm": return "text/html"
+        case "css": return "text/css"
+        case "csv": return "text/csv"
+        case "js": return "text/javascript"
+        case "mp4": return "video/mp4"
+        case "mov": return "video/quicktime"
+        case "mp3": return "audio/mpeg"
+        case "wav": return "audio/wav"
+        default: return octetStream
+        }
+    }
+}
+
+private extension Data {
+    func contains(_ pattern: Data) -> Bool {
+        !pattern.isEmpty && count >= pattern.count && range(of: pattern) != nil
+    }
+}
+
+/// At file scope, where `close` is the system call and not `InputStream.close()`.
+private func closeDescriptor(_ fd: Int32) {
+    _ = close(fd)
+}
+
+/// Receives the encoded body: in memory, or in a temporary file. A sink that is dropped (after a boundary
+/// collision or an error) closes and removes its file.
+private final class BodySink {
+    private(set) var data = Data()
+    private(set) var count = 0
+    private var fd: Int32 = -1
+    private var path: String?  // set while a named file must be removed when the sink or its stream goes
+
+    init(capacity: Int) {
+        data.reserveCapacity(capacity)
+    }
+
+    /// A new file `Requests-multipart-XXXXXX` in `directory`, removed when the sink or its stream goes.
+    init(temporaryFileIn directory: URL) throws {
+        var template = Array(directory.appendingPathComponent("Requests-multipart-XXXXXX").path.utf8CString)
+        fd = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkstemp($0) } ?? -1 }
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // a child process must not keep the file alive (mkostemp is not imported)
+        path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    deinit {
+        if fd >= 0 { closeDescriptor(fd) }
+        if let path { unlink(path) }
+    }
+
+    func write(_ bytes: Data) throws {
+        guard fd >= 0 else {
+            data.append(bytes)
+            count += bytes.count
+            return
+        }
+        try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var done = 0
+            while done < raw.count, let base = raw.baseAddress {
+                let written = writeDescriptor(fd, base + done, raw.count - done)
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                done += written
+            }
+        }
+        count += bytes.count
+    }
+
+    /// A stream over the file written so far, which takes over the file. Call once, on a file sink.
+    func makeStream() -> InputStream {
+        #if canImport(FoundationNetworking)
+        defer {
+            fd = -1
+            path = nil
+        }
+        return TemporaryFileStream(fd: fd, length: count, path: path ?? "")
+        #else
+        // Untested here: Darwin's URLSession needs run-loop events a plain InputStream subclass does not send,
+        // so use a file stream and remove the named file when the stream is released.
+        closeDescriptor(fd)
+        fd = -1
+        let remover = FileRemover(path: path ?? "")
+        path = nil
+        let stream = InputStream(url: URL(fileURLWithPath: remover.path)) ?? InputStream(data: Data())
+        objc_setAssociatedObject(stream, fileRemoverKey, remover, .OBJC_ASSOCIATION_RETAIN)
+        return stream
+        #endif
+    }
+}
+
+/// At file scope, where `write` is the system call and not `BodySink.write(_:)`.
+private func writeDescriptor(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+    write(fd, buffer, count)
+}
+
+#if canImport(FoundationNetworking)
+/// Reads an unlinked temporary file through the descriptor it owns. It closes the descriptor, freeing the disk
+/// space, at the end of the body, on `close()`, or when released: swift-corelibs URLSession calls `open()`, then
+/// `hasBytesAvailable` and `read(_:maxLength:)` in turn (up to 65,524 bytes) until the end, and never `close()`.
+/// Thread-safe: URLSession reads on its own threads.
+final class TemporaryFileStream: InputStream {
+    private let lock = NSLock()
+    private var fd: Int32
+    private let length: Int
+    private var offset = 0
+    private var status = Stream.Status.notOpen
+    private var failure: Error?
+
+    /// The file's name until it is unlinked: when the stream is opened (from then on only the descriptor keeps
+    /// the file, so the kernel frees it when it is closed, even after a crash), closed or released.
+    private var path: String?
+
+    init(fd: Int32, length: Int, path: String) {
+        self.fd = fd
+        self.length = length
+        self.path = path
+        super.init(data: Data())
+    }
+
+    deinit {
+        if fd >= 0 { closeDescriptor(fd) }
+        if let path { unlink(path) }
+    }
+
+    override func open() {
+        locked {
+            if status == .notOpen { status = .open }
+            unlinkFile()
+        }
+    }
+
+    /// The file, for an upload task, which sends it with its exact `Content-Length` where a stream would be sent
+    /// chunked; `nil` once the stream has been opened. The stream must be kept until the upload ends.
+    var fileURL: URL? {
+        locked { status == .notOpen ? path.map(URL.init(fileURLWithPath:)) : nil }
+    }
+
+    private func unlinkFile() {
+        if let path { unlink(path) }
+        path = nil
+    }
+
+    override func close() {
+        locked {
+            status = .closed
+            release()
+        }
+    }
+
+    override var streamStatus: Stream.Status { locked { status } }
+    override var streamError: Error? { locked { failure } }
+    override var hasBytesAvailable: Bool { locked { (status == .open || status == .notOpen) && offset < length } }
+
+    override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength: Int) -> Int {
+        locked {
+            guard status == .open else { return status == .atEnd ? 0 : -1 }
+            guard maxLength > 0 else { return 0 }
+            while true {
+                let count = pread(fd, buffer, min(maxLength, length - offset), off_t(offset))
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 {
+                    failure = POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                    status = .error
+                } else {
+                    offset += count
+                    if count == 0 || offset >= length { status = .atEnd }
+                }
+                // Free the disk now rather than when the request is released, which may be much later.
+                if status != .open { release() }
+                return count
+            }
+        }
+    }
+
+    /// Getting the buffer directly is not supported, so callers use `read(_:maxLength:)`.
+    override func getBuffer(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, length: UnsafeMutablePointer<Int>) -> Bool {
+        false
+    }
+
+    private func release() {
+        unlinkFile()
+        if fd >= 0 { closeDescriptor(fd) }
+        fd = -1
+    }
+
+    private func locked<T>(_ body: () -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body()
+    }
+}
+#else
+/// Removes a temporary file when released, together with the stream it is associated with.
+private final class FileRemover: NSObject {
+    let path: String
+    init(path: String) { self.path = path }
+    deinit { unlink(path) }
+}
+
+nonisolated(unsafe) private let fileRemoverKey = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+#endif

@@ -1,0 +1,214 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+import XCTest
+
+/// What `/echo` reports about the request it received.
+struct EchoReport: Decodable {
+    let method: String
+    let path: String
+    let query: [String: String]
+    let headers: [String: String]
+    let body: String
+    let bodyLength: Int
+}
+
+/// The README's API root, pointed at the loopback server.
+private let api = Endpoint(TestServer.shared.baseURL.absoluteString)
+
+private struct NewRecipe: Encodable, Sendable {
+    let name: String
+    let minutes: Double
+}
+
+// The README's five-line declarations.
+private struct SearchRecipes: DecodableRequest, EndpointRequest {
+    typealias Success = EchoReport
+    let text: String
+    var endpoint: Endpoint { api.get("echo", query: ["q": text, "tags": ["quick", "sweet"], "page": 2]) }
+}
+
+private struct CreateRecipe: DecodableRequest, EndpointRequest {
+    typealias Success = EchoReport
+    let recipe: NewRecipe
+    var endpoint: Endpoint { api.post("echo", body: .json(recipe)) }
+}
+
+private struct Login: DecodableRequest, EndpointRequest {
+    typealias Success = EchoReport
+    let user: String, password: String
+    var endpoint: Endpoint { api.post("echo", body: .form(["user": user, "password": password])) }
+}
+
+private struct UploadPhoto: DataRequest, EndpointRequest {
+    typealias Success = Data
+    let photo: URL
+    var endpoint: Endpoint {
+        var form = MultipartFormData()
+        form.append("Pancakes", name: "caption")
+        form.append(fileAt: photo, name: "photo")
+        return api.post(uploadPath, body: .multipart(form))
+    }
+    let uploadPath: String
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+/// Any endpoint, for the error cases.
+private struct Raw: DataRequest, EndpointRequest {
+    typealias Success = Data
+    let endpoint: Endpoint
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+final class EndpointTests: XCTestCase {
+    private func run<R: DataRequest>(_ request: R, file: StaticString = #filePath, line: UInt = #line) -> Result<R.Success, R.Failure>? {
+        let queue = OperationQueue()
+        let results = Recorder<Result<R.Success, R.Failure>>()
+        queue.addRequest(request, session: testSession) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(results.count, 1, "completion exactly once", file: file, line: line)
+        return results.values.first
+    }
+
+    func testBaseAndPathJoinWithExactlyOneSlashAndQueriesMerge() throws {
+        for base in ["https://api.example.com/v1", "https://api.example.com/v1/"] {
+            for path in ["recipes/1", "/recipes/1"] {
+                XCTAssertEqual(try Endpoint(base).get(path).url().absoluteString, "https://api.example.com/v1/recipes/1")
+            }
+        }
+        XCTAssertEqual(try Endpoint("https://api.example.com").get("recipes").url().absoluteString, "https://api.example.com/recipes")
+        XCTAssertEqual(try Endpoint("https://api.example.com/").url().absoluteString, "https://api.example.com/")
+        XCTAssertEqual(
+            try Endpoint("https://api.example.com/v1?key=abc").get("search", query: ["q": "a b"]).url().absoluteString,
+            "https://api.example.com/v1/search?key=abc&q=a%20b"
+        )
+        XCTAssertEqual(
+            try Endpoint("https://api.example.com").get("recipes/crème brûlée").url().absoluteString,
+            "https://api.example.com/recipes/cr%C3%A8me%20br%C3%BBl%C3%A9e"
+        )
+        let nested = Endpoint("https://api.example.com", path: "v2", headers: ["Accept": "application/json"])
+        let derived = nested.get("users", headers: ["X-Trace": "1"])
+        XCTAssertEqual(try derived.url().absoluteString, "https://api.example.com/v2/users")
+        XCTAssertEqual(derived.headers.map(\.name), ["Accept", "X-Trace"])
+        XCTAssertEqual(derived.description, "GET https://api.example.com/v2/users")
+    }
+
+    func testAGetWithQueryIsDeclaredInFiveLines() throws {
+        let echo = try run(SearchRecipes(text: "crème & brûlée = 100%?")).map { try $0.get() }
+        XCTAssertEqual(echo?.method, "GET")
+        XCTAssertEqual(echo?.query["q"], "crème & brûlée = 100%?")
+        XCTAssertEqual(echo?.query["page"], "2")
+        XCTAssertEqual(SearchRecipes(text: "x").identifier, "GET \(TestServer.shared.baseURL.absoluteString)/echo?page=2&q=x&tags%5B%5D=quick&tags%5B%5D=sweet")
+    }
+
+    func testAPostOfJSONIsDeclaredInFiveLines() throws {
+        let echo = try run(CreateRecipe(recipe: NewRecipe(name: "Crêpes \"fines\"", minutes: 12.5))).map { try $0.get() }
+        XCTAssertEqual(echo?.method, "POST")
+        XCTAssertEqual(echo?.headers["content-type"], "application/json; charset=utf-8")
+        let sent = try JSONSerialization.jsonObject(with: Data((echo?.body ?? "").utf8)) as? [String: Any]
+        XCTAssertEqual(sent?["name"] as? String, "Crêpes \"fines\"")
+        XCTAssertEqual(sent?["minutes"] as? Double, 12.5)
+    }
+
+    func testAPostOfAFormIsDeclaredInFiveLines() throws {
+        let echo = try run(Login(user: "ada lovelace", password: "p&ss=wörd+")).map { try $0.get() }
+        XCTAssertEqual(echo?.headers["content-type"], "application/x-www-form-urlencoded; charset=utf-8")
+        XCTAssertEqual(echo?.body, "password=p%26ss%3Dw%C3%B6rd%2B&user=ada%20lovelace")
+        var components = URLComponents()
+        components.percentEncodedQuery = echo?.body
+        XCTAssertEqual(components.queryItems?.map(\.value), ["p&ss=wörd+", "ada lovelace"])
+    }
+
+    func testAMultipartUploadIsDeclaredInFiveLines() throws {
+        // Given a file and a route that parses the multipart body with the server's own parser
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("photo-\(UUID().uuidString).png")
+        let bytes = Data((0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let parts = Recorder<[MultipartPart]>()
+        let (path, _) = recordedRoute { request in
+            parts.append((try? MultipartParser.parse(contentType: request.headers["content-type"] ?? "", body: request.body)) ?? [])
+            return .text("ok")
+        }
+        // When it is uploaded
+        let result = run(UploadPhoto(photo: file, uploadPath: path))
+        // Then the server got both parts, byte for byte
+        XCTAssertNotNil(result?.success)
+        let received = try XCTUnwrap(parts.values.first)
+        XCTAssertEqual(received.map(\.name), ["caption", "photo"])
+        XCTAssertEqual(received.first?.body, Data("Pancakes".utf8))
+        XCTAssertEqual(received.last?.fileName, file.lastPathComponent)
+        XCTAssertEqual(received.last?.contentType, "image/png")
+        XCTAssertEqual(received.last?.body, bytes)
+    }
+
+    func testALargeMultipartIsStreamedFromAFileWithAnExactContentLength() throws {
+        // Given a 3 MB file part above a lowered streaming threshold
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("video-\(UUID().uuidString).mp4")
+        var generator = SystemRandomNumberGenerator()
+        let bytes = Data((0..<3_000_000).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        try bytes.write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        var form = MultipartFormData()
+        form.streamingThreshold = 1_000_000
+        form.append("clip", name: "title")
+        form.append(fileAt: file, name: "video")
+        let received = Recorder<LoopbackRequest>()
+        let (path, _) = recordedRoute { request in
+            received.append(request)
+            return .text("ok")
+        }
+        // When it is sent through the library
+        let result = run(Raw(endpoint: api.post(path, body: .multipart(form))))
+        // Then the server got an exact Content-Length, no chunking, and both parts byte for byte
+        XCTAssertNotNil(result?.success)
+        let request = try XCTUnwrap(received.values.first)
+        XCTAssertEqual(request.headers["content-length"], String(request.body.count))
+        XCTAssertNil(request.headers["transfer-encoding"])
+        let parts = try MultipartParser.parse(contentType: request.headers["content-type"] ?? "", body: request.body)
+        XCTAssertEqual(parts.map(\.name), ["title", "video"])
+        XCTAssertEqual(parts.last?.contentType, "video/mp4")
+        XCTAssertEqual(parts.last?.body, bytes)
+        // And the temporary file is gone
+        let temporary = FileManager.default.temporaryDirectory.path
+        waitUntil("the temporary file is removed") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: temporary)) ?? []).allSatisfy { !$0.hasPrefix("Requests-multipart-") }
+        }
+    }
+
+    func testBadInputFailsThroughTheCompletionAndSendsNothing() {
+        let (path, requests) = recordedRoute()
+        let base = TestServer.shared.baseURL.absoluteString
+        let missingFile = URL(fileURLWithPath: "/nonexistent/\(UUID().uuidString).jpg")
+        var form = MultipartFormData()
+        form.append(fileAt: missingFile, name: "photo")
+        let cases: [(Endpoint, (Error?) -> Bool)] = [
+            (Endpoint("not a url").get(path), { ($0 as? RequestBuildingError) == .invalidBaseURL("not a url") }),
+            (Endpoint("ftp://example.com").get(path), { ($0 as? RequestBuildingError) == .invalidBaseURL("ftp://example.com") }),
+            (Endpoint("/relative/only").get(path), { ($0 as? RequestBuildingError) == .invalidBaseURL("/relative/only") }),
+            (Endpoint(base).get(path + "?sneaky=1"), { ($0 as? RequestBuildingError) == .invalidPath(path + "?sneaky=1") }),
+            (Endpoint(base).get(path + "\r\nHost: evil"), { ($0 as? RequestBuildingError) == .invalidPath(path + "\r\nHost: evil") }),
+            (Endpoint(base).post(path, body: .json(["minutes": Double.nan])), { $0 is EncodingError }),
+            (Endpoint(base).get(path, query: ["minutes": Double.infinity]), { $0 is EncodingError }),
+            (Endpoint(base).post(path, body: .multipart(form)), { ($0 as? RequestBuildingError) == .unreadableFile(missingFile) }),
+            (Endpoint(base).get(path, headers: ["X-Bad": "1\r\nX-Injected: 2"]), { ($0 as? RequestBuildingError) == .invalidHeader(name: "X-Bad") }),
+            (Endpoint(base).endpoint("BAD METHOD", path), { ($0 as? RequestBuildingError) == .invalidMethod("BAD METHOD") }),
+        ]
+        for (index, (endpoint, isExpected)) in cases.enumerated() {
+            let error = run(Raw(endpoint: endpoint))?.failure
+            XCTAssertTrue(isExpected(error), "case \(index): \(String(describing: error))")
+        }
+        XCTAssertEqual(requests.count, 0)
+    }
+
+    func testEndpointHeadersComeAfterTheBodysContentType() throws {
+        let request = try Endpoint("https://api.example.com")
+            .post("x", headers: ["Content-Type": "application/vnd.api+json"], body: .json(["a": 1]))
+            .urlRequest()
+        XCTAssertEqual(request.value(forHTTPHeaderField: "Content-Type"), "application/vnd.api+json")
+        XCTAssertEqual(request.httpMethod, "POST")
+    }
+}

@@ -16,8 +16,8 @@ import Darwin
 /// `"` becomes `%22`, CR `%0D` and LF `%0A`, so no input can end the header early or inject another one.
 /// Everything else, non-ASCII UTF-8 and `%` included, is sent as is.
 public struct MultipartFormData: Sendable {
-    /// Bodies of at least this many bytes are written to a temporary file and sent as `httpBodyStream`;
-    /// smaller ones are built in memory as `httpBody`. Default: 10_000_000.
+    /// Bodies of at least this many bytes are written to a temporary file and sent from it; smaller ones are
+    /// built in memory as `httpBody`. Default: 10_000_000.
     public var streamingThreshold = 10_000_000
 
     private enum Content: Sendable {
@@ -38,6 +38,17 @@ public struct MultipartFormData: Sendable {
     /// An empty form.
     public init() {
         self.init(boundaryGenerator: MultipartFormData.randomBoundary)
+    }
+
+    /// A form with text `fields`, then file parts from `files`, each in order of name.
+    public init(fields: [String: String] = [:], files: [String: URL]) {
+        self.init()
+        for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
+            append(value, name: name)
+        }
+        for (name, url) in files.sorted(by: { $0.key < $1.key }) {
+            append(fileAt: url, name: name)
+        }
     }
 
     /// For tests: each try of ``apply(to:)`` takes the next boundary from `boundaryGenerator`.

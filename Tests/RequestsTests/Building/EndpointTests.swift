@@ -43,17 +43,10 @@ private struct Login: DecodableRequest, EndpointRequest {
     var endpoint: Endpoint { api.post("echo", body: .form(["user": user, "password": password])) }
 }
 
-private struct UploadPhoto: DataRequest, EndpointRequest {
-    typealias Success = Data
+private struct UploadPhoto: NoContentRequest, EndpointRequest {
     let photo: URL
-    var endpoint: Endpoint {
-        var form = MultipartFormData()
-        form.append("Pancakes", name: "caption")
-        form.append(fileAt: photo, name: "photo")
-        return api.post(uploadPath, body: .multipart(form))
-    }
+    var endpoint: Endpoint { api.post(uploadPath, body: .multipart(MultipartFormData(fields: ["caption": "Pancakes"], files: ["photo": photo]))) }
     let uploadPath: String
-    func processData(_ data: Data) throws -> Data { data }
 }
 
 /// Any endpoint, for the error cases.
@@ -131,7 +124,7 @@ final class EndpointTests: XCTestCase {
         let parts = Recorder<[MultipartPart]>()
         let (path, _) = recordedRoute { request in
             parts.append((try? MultipartParser.parse(contentType: request.headers["content-type"] ?? "", body: request.body)) ?? [])
-            return .text("ok")
+            return LoopbackResponse(status: 204)
         }
         // When it is uploaded
         let result = run(UploadPhoto(photo: file, uploadPath: path))

@@ -175,6 +175,9 @@ final class RequestReader {
 
         guard let parsed = Head(lines: lines) else { return .reject(status: 400) }
         let headers = parsed.headers
+        // A sink's body is counted and checksummed as it arrives, never held, so it may be of any size.
+        let isSink = parsed.path.hasPrefix("/sink")
+        var digest: BodyDigest? = isSink ? BodyDigest() : nil
 
         // Body framing.
         let transferEncoding = headers["transfer-encoding"].map { $0.lowercased() }
@@ -187,7 +190,7 @@ final class RequestReader {
             guard values.count == 1, let text = values.first, !text.isEmpty, text.utf8.allSatisfy({ (48...57).contains($0) }) else {
                 return .reject(status: 400)
             }
-            guard text.count <= 12, let length = Int(text), length <= Limits.maxBodyBytes else { return .reject(status: 413) }
+            guard text.count <= 12, let length = Int(text), length <= Limits.maxBodyBytes || isSink else { return .reject(status: 413) }
             contentLength = length
         }
 
@@ -197,12 +200,15 @@ final class RequestReader {
 
         let body: Data
         if transferEncoding != nil {
-            switch readChunkedBody() {
+            switch readChunkedBody(digest: &digest) {
             case .success(let data): body = data
             case .failure(let failure):
                 if case .reject(let status) = failure { return .reject(status: status) }
                 return .closed
             }
+        } else if digest != nil {
+            guard consume(exactly: contentLength, into: &digest) else { return .closed }
+            body = Data()
         } else {
             guard let data = read(exactly: contentLength) else { return .closed }
             body = data
@@ -210,7 +216,7 @@ final class RequestReader {
 
         let connection = Set((headers["connection"] ?? "").lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         let keepAlive = parsed.version == "HTTP/1.1" ? !connection.contains("close") : connection.contains("keep-alive")
-        let request = LoopbackRequest(method: parsed.method, path: parsed.path, query: parsed.query, headers: headers, body: body)
+        let request = LoopbackRequest(method: parsed.method, path: parsed.path, query: parsed.query, headers: headers, body: body, sinkDigest: digest)
         return .request(request, keepAlive: keepAlive, isHead: parsed.method == "HEAD")
     }
 
@@ -227,6 +233,21 @@ final class RequestReader {
         let data = Data(buffer[start..<(start + count)])
         start += count
         return data
+    }
+
+    /// Feeds exactly `count` bytes to `digest` as they arrive; `false` if the connection ends first.
+    private func consume(exactly count: Int, into digest: inout BodyDigest?) -> Bool {
+        var remaining = count
+        while remaining > 0 {
+            if available == 0 {
+                guard fill() else { return false }
+            }
+            let taken = min(available, remaining)
+            buffer[start..<(start + taken)].withUnsafeBytes { digest?.add($0) }
+            start += taken
+            remaining -= taken
+        }
+        return true
     }
 
     /// Reads one line ending in CRLF (or LF), without the line ending.
@@ -246,7 +267,8 @@ final class RequestReader {
         }
     }
 
-    private func readChunkedBody() -> Result<Data, BodyFailure> {
+    /// Reads a chunked body, or with a `digest`, feeds it the chunks and returns no data.
+    private func readChunkedBody(digest: inout BodyDigest?) -> Result<Data, BodyFailure> {
         var body = Data()
         while true {
             let line: String
@@ -261,9 +283,13 @@ final class RequestReader {
                 return .failure(.reject(400))
             }
             if size == 0 { break }
-            guard body.count + size <= Limits.maxBodyBytes else { return .failure(.reject(413)) }
-            guard let chunk = read(exactly: size) else { return .failure(.closed) }
-            body.append(chunk)
+            if digest != nil {
+                guard consume(exactly: size, into: &digest) else { return .failure(.closed) }
+            } else {
+                guard body.count + size <= Limits.maxBodyBytes else { return .failure(.reject(413)) }
+                guard let chunk = read(exactly: size) else { return .failure(.closed) }
+                body.append(chunk)
+            }
             switch readLine() {
             case .success(let rest) where rest.isEmpty: continue
             case .success: return .failure(.reject(400))
@@ -340,5 +366,40 @@ struct Head {
             result[name.removingPercentEncoding ?? name] = value.removingPercentEncoding ?? value
         }
         return result
+    }
+}
+
+/// The size and CRC-32 (IEEE 802.3, as zlib) of a body, computed as it arrives.
+public struct BodyDigest: Sendable, Equatable {
+    /// Bytes received.
+    public private(set) var count = 0
+    /// The CRC-32 of the bytes so far.
+    public var crc32: UInt32 { ~state }
+    private var state: UInt32 = 0xFFFF_FFFF
+
+    /// An empty digest.
+    public init() {}
+
+    /// The digest of `data`.
+    public init(_ data: Data) {
+        data.withUnsafeBytes { add($0) }
+    }
+
+    /// Adds `bytes`.
+    public mutating func add(_ bytes: UnsafeRawBufferPointer) {
+        var crc = state
+        for byte in bytes {
+            crc = Self.table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8)
+        }
+        state = crc
+        count += bytes.count
+    }
+
+    private static let table: [UInt32] = (0..<256).map { index -> UInt32 in
+        var value = UInt32(index)
+        for _ in 0..<8 {
+            value = value & 1 == 1 ? 0xEDB8_8320 ^ (value >> 1) : value >> 1
+        }
+        return value
     }
 }

@@ -12,9 +12,19 @@ public struct LoopbackRequest: Sendable {
     public let headers: [String: String]
     /// The request body, already de-chunked.
     public let body: Data
+    /// For a path under `/sink`: the size and CRC-32 of the body, which is not kept (``body`` is empty).
+    public let sinkDigest: BodyDigest?
 
     /// Creates a request value (useful to unit-test a handler without a socket).
-    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: Data = Data()) {
+    public init(
+        method: String,
+        path: String,
+        query: [String: String] = [:],
+        headers: [String: String] = [:],
+        body: Data = Data(),
+        sinkDigest: BodyDigest? = nil
+    ) {
+        self.sinkDigest = sinkDigest
         self.method = method
         self.path = path
         self.query = query
@@ -97,9 +107,11 @@ enum Reply {
     case response(LoopbackResponse)
     /// `count` bytes where byte `i` is `UInt8(i % 256)`, generated in chunks.
     case bytes(count: Int)
+    /// The same bytes, `chunk` at a time every `interval` milliseconds, with the full `Content-Length` first.
+    case trickle(count: Int, chunk: Int, interval: Int)
 }
 
-/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/fault/...`).
+/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/...`).
 enum BuiltinRoutes {
     static let recipeJSON = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
 
@@ -135,6 +147,17 @@ enum BuiltinRoutes {
         if let n = number(after: "/bytes/", in: path) {
             return n >= 0 ? .bytes(count: n) : .response(badRequest)
         }
+        if let n = number(after: "/trickle/", in: path) {
+            let chunk = request.query["chunk"].flatMap { Int($0) } ?? 1024
+            let interval = request.query["interval"].flatMap { Int($0) } ?? 100
+            guard n >= 0, chunk > 0, interval >= 0 else { return .response(badRequest) }
+            return .trickle(count: n, chunk: chunk, interval: interval)
+        }
+        if path.hasPrefix("/sink") {
+            let digest = request.sinkDigest ?? BodyDigest()
+            let crc = String(digest.crc32, radix: 16).leftPadding(to: 8)
+            return .response(.json(#"{"bytes":\#(digest.count),"crc32":"\#(crc)"}"#))
+        }
         return .response(.json(#"{"error":"not found"}"#, status: 404))
     }
 
@@ -161,5 +184,11 @@ enum BuiltinRoutes {
             return .json(#"{"error":"could not encode echo"}"#, status: 500)
         }
         return LoopbackResponse(status: 200, headers: ["Content-Type": "application/json; charset=utf-8"], body: data)
+    }
+}
+
+extension String {
+    fileprivate func leftPadding(to length: Int) -> String {
+        String(repeating: "0", count: max(0, length - count)) + self
     }
 }

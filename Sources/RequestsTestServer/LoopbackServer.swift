@@ -8,7 +8,7 @@ import Darwin
 /// A small, dependency-free HTTP/1.1 server on 127.0.0.1 for tests.
 ///
 /// It binds an ephemeral port, serves each connection on its own thread with keep-alive,
-/// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`,
+/// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`,
 /// `/fault/close-mid-body`, `/fault/never-respond`) and custom ones via ``route(_:handler:)``.
 /// Any route accepts a `delay=N` query parameter (milliseconds).
 public final class LoopbackServer: @unchecked Sendable {
@@ -275,6 +275,11 @@ final class ServerCore: @unchecked Sendable {
         case .bytes(let count):
             if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
             return sendBytes(count: count, on: fd, keepAlive: keepAlive, isHead: isHead) && keepAlive
+        case let .trickle(count, chunk, interval):
+            if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
+            return sendBytes(count: count, on: fd, keepAlive: keepAlive, isHead: isHead, chunk: chunk) {
+                reader.wait(milliseconds: interval)
+            } && keepAlive
         case .response(let response):
             let (delay, overflow) = response.delayMilliseconds.addingReportingOverflow(extraDelay)
             let totalDelay = overflow ? Int.max : delay
@@ -315,17 +320,22 @@ final class ServerCore: @unchecked Sendable {
         return pattern
     }()
 
-    /// Streams `/bytes/N`: byte `i` is `UInt8(i % 256)`, sent in chunks of at most 64 KiB.
-    private func sendBytes(count: Int, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
+    /// Streams `/bytes/N`: byte `i` is `UInt8(i % 256)`, sent in chunks of at most 64 KiB (or `chunk`), calling
+    /// `pause` between chunks (`/trickle/N`); it returns `false` when the client has gone.
+    private func sendBytes(
+        count: Int, on fd: Int32, keepAlive: Bool, isHead: Bool, chunk: Int = Int.max, pause: () -> Bool = { true }
+    ) -> Bool {
         let response = LoopbackResponse(headers: ["Content-Type": "application/octet-stream"])
         guard Sys.sendAll(fd, headerBlock(response, contentLength: count, keepAlive: keepAlive)) else { return false }
         if isHead { return true }
-        var remaining = count
-        while remaining > 0 {
-            let size = min(remaining, Self.bytePattern.count)
-            let ok = Self.bytePattern.withUnsafeBytes { Sys.sendAll(fd, UnsafeRawBufferPointer(rebasing: $0[0..<size])) }
+        var sent = 0
+        while sent < count {
+            if sent > 0, !pause() { return false }
+            let size = min(count - sent, Self.bytePattern.count - sent % 256, chunk)
+            let offset = sent % 256
+            let ok = Self.bytePattern.withUnsafeBytes { Sys.sendAll(fd, UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + size)])) }
             guard ok else { return false }
-            remaining -= size
+            sent += size
         }
         return true
     }

@@ -183,6 +183,31 @@ final class LoopbackServerTests: XCTestCase {
         XCTAssertTrue(data == expected, "the bytes differ from i % 256")
     }
 
+    func testTrickleSendsTheSameBytesInSmallChunksWithTheFullLength() throws {
+        let outcome = try fetch("/trickle/10000?chunk=777&interval=5")
+        XCTAssertNil(outcome.otherError)
+        XCTAssertEqual(outcome.response?.value(forHTTPHeaderField: "Content-Length"), "10000")
+        XCTAssertTrue(outcome.data == Data((0..<10_000).map { UInt8(truncatingIfNeeded: $0) }), "the bytes differ from i % 256")
+    }
+
+    func testSinkCountsAndChecksumsBodiesWithoutKeepingThem() throws {
+        // Given 3 MB of random bytes, above what the server would hold for any other route
+        var generator = SystemRandomNumberGenerator()
+        let body = Data((0..<3_000_000).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        for chunked in [false, true] {
+            var request = URLRequest(url: server.url("/sink/upload"))
+            request.httpMethod = "POST"
+            if chunked { request.httpBodyStream = InputStream(data: body) } else { request.httpBody = body }
+            // When it is sent with a Content-Length, then chunked
+            let answer = try jsonObject(try fetch(request).data)
+            // Then the sink reports its size and CRC-32
+            XCTAssertEqual(answer["bytes"] as? Int, body.count)
+            XCTAssertEqual((answer["crc32"] as? String).flatMap { UInt32($0, radix: 16) }, BodyDigest(body).crc32)
+        }
+        // And the CRC-32 is the standard one
+        XCTAssertEqual(BodyDigest(Data("123456789".utf8)).crc32, 0xCBF4_3926)
+    }
+
     func testCloseMidBodyFails() throws {
         // Given a route that closes the connection halfway through the body
         // When it is requested

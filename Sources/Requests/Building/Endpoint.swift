@@ -28,6 +28,14 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     public var body: RequestBody?
     /// How ``query`` and form bodies are encoded. Default: `URLQueryEncoder()`.
     public var queryEncoder: URLQueryEncoder
+    /// Seconds without any data after which the request fails with `URLError.timedOut`. Linux rounds it down to
+    /// whole seconds (0.5 fails at once) and restarts it whenever data arrives. Default: `nil`, the session's
+    /// (60 s unless configured).
+    public var timeout: TimeInterval?
+    /// Whether a cached response may be used. Default: `nil`, the session's (`.useProtocolCachePolicy`).
+    /// `.reloadIgnoringLocalCacheData` is enforced by Requests, because URLSession on Linux serves a cached
+    /// entry anyway.
+    public var cachePolicy: URLRequest.CachePolicy?
 
     /// An endpoint at `baseURL` itself; derive others from it with ``get(_:query:headers:)`` and the like.
     public init(
@@ -37,7 +45,9 @@ public struct Endpoint: Sendable, CustomStringConvertible {
         query: QueryParameters = [:],
         headers: HTTPHeaders = [:],
         body: RequestBody? = nil,
-        queryEncoder: URLQueryEncoder = URLQueryEncoder()
+        queryEncoder: URLQueryEncoder = URLQueryEncoder(),
+        timeout: TimeInterval? = nil,
+        cachePolicy: URLRequest.CachePolicy? = nil
     ) {
         self.baseURL = baseURL
         self.path = path
@@ -46,6 +56,22 @@ public struct Endpoint: Sendable, CustomStringConvertible {
         self.headers = headers
         self.body = body
         self.queryEncoder = queryEncoder
+        self.timeout = timeout
+        self.cachePolicy = cachePolicy
+    }
+
+    /// This endpoint with `timeout` (see ``timeout``).
+    public func timeout(_ timeout: TimeInterval) -> Endpoint {
+        var endpoint = self
+        endpoint.timeout = timeout
+        return endpoint
+    }
+
+    /// This endpoint with `cachePolicy` (see ``cachePolicy``).
+    public func cachePolicy(_ cachePolicy: URLRequest.CachePolicy) -> Endpoint {
+        var endpoint = self
+        endpoint.cachePolicy = cachePolicy
+        return endpoint
     }
 
     /// An endpoint below this one: `path` is appended to this path, `headers` are added to these, and the
@@ -111,11 +137,13 @@ public struct Endpoint: Sendable, CustomStringConvertible {
         return url
     }
 
-    /// The `URLRequest`: ``url()``, the method, the body with its `Content-Type` and `Content-Length`, then
-    /// the headers. Throws ``RequestBuildingError`` or the encoder's `EncodingError`.
+    /// The `URLRequest`: ``url()``, the method, the timeout and cache policy, the body with its `Content-Type`
+    /// and `Content-Length`, then the headers. Throws ``RequestBuildingError`` or the encoder's `EncodingError`.
     public func urlRequest() throws -> URLRequest {
         var request = URLRequest(url: try url())
         request.httpMethod = method.rawValue
+        if let timeout { request.timeoutInterval = timeout }
+        if let cachePolicy { request.cachePolicy = cachePolicy }
         try body?.apply(to: &request, queryEncoder: queryEncoder)
         for field in headers {
             try HeaderSafety.check(name: field.name, value: field.value)

@@ -228,7 +228,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     /// A data task, or for a multipart body streamed from a temporary file, an upload task from that file:
-    /// on Linux a body stream is sent chunked, without the exact `Content-Length`.
+    /// on Linux a body stream is sent chunked, without the exact `Content-Length`. A request that must ignore
+    /// the local cache has its cached entry removed first.
     private static func task(
         for urlRequest: URLRequest,
         on session: URLSession,
@@ -245,6 +246,10 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             }
         }
         #endif
+        if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
+            // URLSession on Linux serves a cached entry whatever the policy says.
+            session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
+        }
         return session.dataTask(with: urlRequest, completionHandler: completion)
     }
 

@@ -197,6 +197,43 @@ final class EndpointTests: XCTestCase {
         XCTAssertEqual(requests.count, 0)
     }
 
+    func testATimeoutPerRequestInWholeSeconds() {
+        // Given a response that takes 3 s, and a 1 s timeout (Linux rounds timeouts down to whole seconds)
+        let result = run(Raw(endpoint: api.get("delay/3000").timeout(1)))
+        // Then the request fails with the timeout
+        XCTAssertEqual((result?.failure as? URLError)?.code, .timedOut)
+        XCTAssertEqual(try api.get("x").timeout(7).urlRequest().timeoutInterval, 7)
+    }
+
+    func testACachePolicyPerRequestCanIgnoreTheLocalCache() throws {
+        // Given a session whose cache holds an entry for a URL
+        let (path, requests) = recordedRoute { _ in .text("fresh") }
+        let cache = URLCache(memoryCapacity: 1 << 20, diskCapacity: 0, diskPath: nil)
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = cache
+        let session = URLSession(configuration: configuration)
+        defer { session.finishTasksAndInvalidate() }
+        let endpoint = api.get(path)
+        let url = try endpoint.url()
+        let cached = try XCTUnwrap(HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: ["Cache-Control": "max-age=600"]))
+        cache.storeCachedResponse(CachedURLResponse(response: cached, data: Data("cached".utf8)), for: URLRequest(url: url))
+        func body(_ endpoint: Endpoint) -> String? {
+            let queue = OperationQueue()
+            let operation = queue.addRequest(Raw(endpoint: endpoint), session: session)
+            queue.waitUntilAllOperationsAreFinished()
+            return operation.result?.success.map { String(decoding: $0, as: UTF8.self) }
+        }
+        // When it is requested with the default policy, then ignoring the local cache
+        let withCache = body(endpoint)
+        let sentWithCache = requests.count
+        let ignoringCache = body(endpoint.cachePolicy(.reloadIgnoringLocalCacheData))
+        // Then the first is served from the cache, and the second from the server
+        XCTAssertEqual(withCache, "cached")
+        XCTAssertEqual(sentWithCache, 0)
+        XCTAssertEqual(ignoringCache, "fresh")
+        XCTAssertEqual(requests.count, 1)
+    }
+
     func testEndpointHeadersComeAfterTheBodysContentType() throws {
         let request = try Endpoint("https://api.example.com")
             .post("x", headers: ["Content-Type": "application/vnd.api+json"], body: .json(["a": 1]))

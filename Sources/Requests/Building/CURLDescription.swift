@@ -8,8 +8,9 @@ extension URLRequest {
     ///
     /// The values of `Authorization`, `Cookie`, `Proxy-Authorization` and `Set-Cookie` are replaced by
     /// `<redacted>`; pass `Redaction.none` to show them, or a ``Redaction`` that also hides query parameters.
-    /// A text body is passed literally; any other body is written as `printf` octal escapes and piped in.
-    /// A streamed body (`httpBodyStream`) cannot be shown and is noted in a comment.
+    /// A text body is passed literally (`--data-raw`, so a leading `@` is not a file name); any other body is
+    /// written as `printf` octal escapes and piped in. A body over 16 KiB or a stream (`httpBodyStream`) is not
+    /// shown, and a comment says so.
     public func cURLDescription(redaction: Redaction = Redaction()) -> String {
         let method = httpMethod ?? "GET"
         var arguments = ["curl", "--globoff", "--silent", "--show-error"]
@@ -20,16 +21,24 @@ extension URLRequest {
             // `Name;` is curl's way to send an empty value; `Name:` would remove the header.
             arguments += ["--header", Self.quoted(shown.isEmpty ? "\(name);" : "\(name): \(shown)")]
         }
+        let command = arguments.joined(separator: " ")
         guard let body = httpBody, !body.isEmpty else {
-            let command = arguments.joined(separator: " ")
             return httpBodyStream == nil ? command : command + " # the body is a stream and is not shown"
         }
+        // One argument may hold at most 128 KiB, and octal escapes take four bytes per byte.
+        guard body.count <= Self.largestShownBody else {
+            return command + " # the body of \(body.count) bytes is not shown"
+        }
         if let text = String(data: body, encoding: .utf8), !text.unicodeScalars.contains(where: { $0 == "\0" }) {
-            return (arguments + ["--data-binary", Self.quoted(text)]).joined(separator: " ")
+            // --data-raw: a body starting with `@` is text, not a file name to upload.
+            return (arguments + ["--data-raw", Self.quoted(text)]).joined(separator: " ")
         }
         let octal = body.map { "\\" + String($0, radix: 8).leftPadded(to: 3) }.joined()
         return "printf \(Self.quoted(octal)) | " + (arguments + ["--data-binary", "@-"]).joined(separator: " ")
     }
+
+    /// Bodies up to this size are written into the command.
+    static let largestShownBody = 16 * 1024
 
     /// `text` in single quotes for `sh`; a single quote inside becomes `'\''`.
     static func quoted(_ text: String) -> String {

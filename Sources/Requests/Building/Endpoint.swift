@@ -4,8 +4,9 @@ import FoundationNetworking
 import Foundation
 
 /// Where and how a request is sent, declared as data: a base URL, a path, a method, query parameters,
-/// headers and a body. Nothing is checked or encoded until ``urlRequest()``, which throws a clear error for bad
-/// input, so declaring an endpoint never fails.
+/// headers and a body. Nothing is checked or encoded until ``url()`` or ``urlRequest()``, which throw a clear
+/// error for bad input, so declaring an endpoint never fails (``description``, the default identifier, falls
+/// back to text when the URL cannot be built).
 ///
 /// ```swift
 /// let api = Endpoint("https://api.example.com/v1")
@@ -16,7 +17,8 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     /// The absolute http(s) URL the path is added to; it may have a path and a query of its own.
     public var baseURL: String
     /// Added to the base URL's path with exactly one `/` between them. Characters that cannot appear in a path
-    /// are percent-encoded; `?`, `#` and control characters are refused (use ``query``).
+    /// are percent-encoded (a `%` that does not start an escape too); `?`, `#`, control characters and `.` or
+    /// `..` segments are refused (use ``query`` for a query).
     public var path: String
     /// Default: `GET`.
     public var method: HTTPMethod
@@ -163,20 +165,32 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     static func join(_ first: String, _ second: String) -> String {
         guard !first.isEmpty else { return second }
         guard !second.isEmpty else { return first }
-        let head = first.hasSuffix("/") ? String(first.dropLast()) : first
-        let tail = second.hasPrefix("/") ? String(second.dropFirst()) : second
+        let head = first.hasSuffix("/") ? String(first.reversed().drop { $0 == "/" }.reversed()) : first
+        let tail = second.drop { $0 == "/" }
         return head + "/" + tail
     }
 
-    /// `path` percent-encoded for a URL path; `?`, `#` and control characters are refused.
+    /// `path` percent-encoded for a URL path. A `%` followed by two hex digits is kept as an escape; any other
+    /// is encoded. `?`, `#`, control characters and `.` or `..` segments (which would leave the base path) are
+    /// refused.
     private static func encodedPath(_ path: String) throws -> String {
-        guard !path.unicodeScalars.contains(where: { $0 == "?" || $0 == "#" || $0.properties.generalCategory == .control }) else {
-            throw RequestBuildingError.invalidPath(path)
-        }
-        var allowed = CharacterSet.urlPathAllowed
-        allowed.insert("%")
-        guard let encoded = path.addingPercentEncoding(withAllowedCharacters: allowed) else {
-            throw RequestBuildingError.invalidPath(path)
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard !path.unicodeScalars.contains(where: { $0 == "?" || $0 == "#" || $0.properties.generalCategory == .control }),
+              !segments.contains(where: { $0 == "." || $0 == ".." })
+        else { throw RequestBuildingError.invalidPath(path) }
+        var encoded = ""
+        var scalars = Substring(path).unicodeScalars[...]
+        while let scalar = scalars.first {
+            scalars = scalars.dropFirst()
+            if scalar == "%" {
+                let next = scalars.prefix(2)
+                let isEscape = next.count == 2 && next.allSatisfy { $0.properties.isASCIIHexDigit }
+                encoded += isEscape ? "%" : "%25"
+            } else if CharacterSet.urlPathAllowed.contains(scalar) {
+                encoded.unicodeScalars.append(scalar)
+            } else {
+                encoded += String(scalar).addingPercentEncoding(withAllowedCharacters: []) ?? ""
+            }
         }
         return encoded
     }

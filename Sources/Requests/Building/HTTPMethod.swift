@@ -62,9 +62,12 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
     /// No fields.
     public init() {}
 
-    /// The fields of `dictionary`, sorted by name so that the order is stable.
+    /// The fields of `dictionary`, sorted by name so that the order is stable; of names that differ only in
+    /// case, the last in that order is kept.
     public init(_ dictionary: [String: String]) {
-        fields = dictionary.sorted { $0.key < $1.key }.map { Field(name: $0.key, value: $0.value) }
+        for (name, value) in dictionary.sorted(by: { $0.key < $1.key }) {
+            self[name] = value
+        }
     }
 
     /// The fields of a literal, in order; a repeated name keeps the last value.

@@ -79,12 +79,12 @@ public struct MultipartFormData: Sendable {
     /// its exact `Content-Length`. The method is left alone. Each call encodes anew (files are read again),
     /// so every attempt of a retried request gets a fresh body or stream.
     ///
-    /// A streamed body (see ``streamingThreshold``) comes from a temporary file that lives only as long as the
-    /// stream (and is unlinked as soon as the stream is opened), so nothing is left behind whether the request
-    /// succeeds, fails, is cancelled or is never sent. On Linux, URLSession sends a body stream with
-    /// `Transfer-Encoding: chunked`, and a `Content-Length` next to it is forbidden (RFC 9112 §6.1; nginx answers
-    /// 400), so the request gets no `Content-Length`; Requests sends such a body as an upload from the file
-    /// instead, with its exact `Content-Length`.
+    /// A streamed body (see ``streamingThreshold``) comes from a temporary file that is unlinked as soon as it is
+    /// created (on Linux) and lives only as long as the stream, so nothing is left behind whether the request
+    /// succeeds, fails, is cancelled or is never sent, even after a crash. On Linux, URLSession sends a body
+    /// stream with `Transfer-Encoding: chunked`, and a `Content-Length` next to it is forbidden (RFC 9112 §6.1;
+    /// nginx answers 400), so such a request has no `Content-Length`. (Its upload-from-file path would send the
+    /// length, but crashes Foundation when the upload is cancelled.)
     ///
     /// Throws `RequestBuildingError.unreadableFile` for a file part that is missing, unreadable or not a regular
     /// file, `.invalidHeader(name: "Content-Type")` for a MIME type holding CR, LF or NUL, and a `POSIXError`
@@ -280,13 +280,19 @@ private final class BodySink {
         data.reserveCapacity(capacity)
     }
 
-    /// A new file `Requests-multipart-XXXXXX` in `directory`, removed when the sink or its stream goes.
+    /// A new file `Requests-multipart-XXXXXX` in `directory`. On Linux it is unlinked at once: only the
+    /// descriptor keeps it, so the kernel frees it when the descriptor is closed, even after a crash.
     init(temporaryFileIn directory: URL) throws {
         var template = Array(directory.appendingPathComponent("Requests-multipart-XXXXXX").path.utf8CString)
         fd = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkstemp($0) } ?? -1 }
         guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // a child process must not keep the file alive (mkostemp is not imported)
-        path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let name = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        #if canImport(FoundationNetworking)
+        unlink(name)
+        #else
+        path = name
+        #endif
     }
 
     deinit {
@@ -315,11 +321,8 @@ private final class BodySink {
     /// A stream over the file written so far, which takes over the file. Call once, on a file sink.
     func makeStream() -> InputStream {
         #if canImport(FoundationNetworking)
-        defer {
-            fd = -1
-            path = nil
-        }
-        return TemporaryFileStream(fd: fd, length: count, path: path ?? "")
+        defer { fd = -1 }
+        return TemporaryFileStream(fd: fd, length: count)
         #else
         // Untested here: Darwin's URLSession needs run-loop events a plain InputStream subclass does not send,
         // so use a file stream and remove the named file when the stream is released.
@@ -352,38 +355,18 @@ final class TemporaryFileStream: InputStream {
     private var status = Stream.Status.notOpen
     private var failure: Error?
 
-    /// The file's name until it is unlinked: when the stream is opened (from then on only the descriptor keeps
-    /// the file, so the kernel frees it when it is closed, even after a crash), closed or released.
-    private var path: String?
-
-    init(fd: Int32, length: Int, path: String) {
+    init(fd: Int32, length: Int) {
         self.fd = fd
         self.length = length
-        self.path = path
         super.init(data: Data())
     }
 
     deinit {
         if fd >= 0 { closeDescriptor(fd) }
-        if let path { unlink(path) }
     }
 
     override func open() {
-        locked {
-            if status == .notOpen { status = .open }
-            unlinkFile()
-        }
-    }
-
-    /// The file, for an upload task, which sends it with its exact `Content-Length` where a stream would be sent
-    /// chunked; `nil` once the stream has been opened. The stream must be kept until the upload ends.
-    var fileURL: URL? {
-        locked { status == .notOpen ? path.map(URL.init(fileURLWithPath:)) : nil }
-    }
-
-    private func unlinkFile() {
-        if let path { unlink(path) }
-        path = nil
+        locked { if status == .notOpen { status = .open } }
     }
 
     override func close() {
@@ -424,7 +407,6 @@ final class TemporaryFileStream: InputStream {
     }
 
     private func release() {
-        unlinkFile()
         if fd >= 0 { closeDescriptor(fd) }
         fd = -1
     }

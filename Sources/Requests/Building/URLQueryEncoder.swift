@@ -221,7 +221,7 @@ public struct URLQueryEncoder: Sendable {
                 flatten(child, name: name.map { "\($0)[\(key)]" } ?? key, into: &pairs)
             }
         case .array:
-            for (index, element) in node.elements.filter({ $0.shape != .empty }).enumerated() {
+            for (index, element) in node.elements.filter(\.producesPairs).enumerated() {
                 let suffix: String
                 switch arrayEncoding {
                 case .brackets: suffix = "[]"
@@ -238,6 +238,16 @@ public struct URLQueryEncoder: Sendable {
 
 /// One value of the tree the encoder builds; the last write to a node wins.
 private final class Node {
+    /// Whether flattening gives at least one pair: an empty array or object, or one holding only such, gives none.
+    var producesPairs: Bool {
+        switch shape {
+        case .empty: return false
+        case .scalar: return true
+        case .object: return fields.values.contains(where: \.producesPairs)
+        case .array: return elements.contains(where: \.producesPairs)
+        }
+    }
+
     enum Shape { case empty, scalar, array, object }
     private(set) var shape = Shape.empty
     private(set) var scalar = ""

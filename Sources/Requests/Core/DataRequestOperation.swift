@@ -227,25 +227,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    /// A data task, or for a multipart body streamed from a temporary file, an upload task from that file:
-    /// on Linux a body stream is sent chunked, without the exact `Content-Length`. A request that must ignore
-    /// the local cache has its cached entry removed first.
+    /// A data task. A request that must ignore the local cache has its cached entry removed first.
     private static func task(
         for urlRequest: URLRequest,
         on session: URLSession,
         completion: @escaping @Sendable (Data?, URLResponse?, Error?) -> Void
     ) -> URLSessionTask {
-        #if canImport(FoundationNetworking)
-        if let stream = urlRequest.httpBodyStream as? TemporaryFileStream, let file = stream.fileURL {
-            var request = urlRequest
-            request.httpBodyStream = nil
-            let openFile = KeptAlive(stream) // the stream removes the file when it is released, after the upload
-            return session.uploadTask(with: request, fromFile: file) { data, response, error in
-                withExtendedLifetime(openFile) {}
-                completion(data, response, error)
-            }
-        }
-        #endif
         if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
             // URLSession on Linux serves a cached entry whatever the policy says.
             session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
@@ -444,15 +431,6 @@ private final class Run {
     /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
     var pendingEvents: [MonitorEvent] = []
     var isDeliveringEvents = false
-}
-
-/// Keeps an object alive from a `@Sendable` closure that never touches it.
-private final class KeptAlive: @unchecked Sendable {
-    private let object: AnyObject
-
-    init(_ object: AnyObject) {
-        self.object = object
-    }
 }
 
 /// Seconds elapsed since `start`, on the monotonic clock.

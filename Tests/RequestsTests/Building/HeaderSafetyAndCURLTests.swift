@@ -63,6 +63,7 @@ final class HeaderSafetyTests: XCTestCase {
         XCTAssertEqual(headers.map(\.name), ["accept", "X-Two"])
         XCTAssertEqual(headers["ACCEPT"], "b")
         XCTAssertEqual(headers.merging(["X-Two": "3", "Z": "z"]).map(\.value), ["b", "3", "z"])
+        XCTAssertEqual(HTTPHeaders(["Accept": "a", "accept": "b"]).map(\.value), ["b"])
     }
 }
 
@@ -116,6 +117,15 @@ final class CURLDescriptionTests: XCTestCase {
         request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
         request.httpBody = Data((0...255).map(UInt8.init) + [0, 39, 92, 10])
         try assertSameRequest(request)
+    }
+
+    func testABodyStartingWithAtIsSentAsTextAndALargeBodyIsNotShown() throws {
+        var request = URLRequest(url: TestServer.url("/x"))
+        request.httpMethod = "POST"
+        request.httpBody = Data("@/etc/passwd".utf8)
+        try assertSameRequest(request)
+        request.httpBody = Data(count: 100_000)
+        XCTAssertTrue(request.cURLDescription().hasSuffix("# the body of 100000 bytes is not shown"))
     }
 
     func testCredentialsAreRedactedByDefault() {

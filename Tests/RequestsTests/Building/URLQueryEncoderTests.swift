@@ -138,6 +138,10 @@ final class URLQueryEncoderTests: XCTestCase {
         XCTAssertEqual(byDefault, "id=1&tags%5B%5D=a&tags%5B%5D=b%20c")
         XCTAssertEqual(noBrackets, "id=1&tags=a&tags=b%20c")
         XCTAssertEqual(indexed, "id=1&tags%5B0%5D=a&tags%5B1%5D=b%20c")
+        // Elements that produce nothing (empty arrays, objects of nils) are not counted
+        struct Zip: Encodable { let zip: Int? }
+        XCTAssertEqual(try URLQueryEncoder(arrayEncoding: .indexed).encode(["a": [[], [1]]]), "a%5B0%5D%5B0%5D=1")
+        XCTAssertEqual(try URLQueryEncoder(arrayEncoding: .indexed).encode(["p": [Zip(zip: nil), Zip(zip: 2)]]), "p%5B0%5D%5Bzip%5D=2")
     }
 
     func testIndexedArraysKeepElementOrderPastTen() throws {

@@ -103,7 +103,7 @@ private final class CompletionCounter: @unchecked Sendable {
 }
 
 /// A small deterministic random generator, so a failing run can be replayed.
-struct SplitMix64 {
+struct SplitMix64: RandomNumberGenerator {
     private var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

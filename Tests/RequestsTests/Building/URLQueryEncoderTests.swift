@@ -368,7 +368,7 @@ final class URLQueryEncoderTests: XCTestCase {
 
     func testRandomStringsRoundTripThroughURLComponents() throws {
         // Given a seeded generator and a pool of awkward pieces
-        var random = QueryTestRandom(seed: 0x5EED_2026)
+        var random = SplitMix64(seed: 0x5EED_2026)
         let pool = ["é", "中文", "👩‍👩‍👧", "&", "=", "+", "#", "?", "/", "%", " ", "[", "]", "a", "Z", "q", "0", "~", "%20"]
         func randomString() -> String {
             (0..<Int.random(in: 0...8, using: &random)).map { _ in pool.randomElement(using: &random) ?? "" }.joined()
@@ -405,18 +405,5 @@ final class URLQueryEncoderTests: XCTestCase {
         XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 200)
         let echo = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
         XCTAssertEqual(echo["query"] as? [String: String], original, String(decoding: data, as: UTF8.self))
-    }
-}
-
-/// SplitMix64: a small seeded generator, so the property test is the same on every run.
-private struct QueryTestRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -280,10 +280,12 @@ private final class BodySink {
         data.reserveCapacity(capacity)
     }
 
-    /// A new file `Requests-multipart-XXXXXX` in `directory`. On Linux it is unlinked at once: only the
+    /// A new file `Requests-multipart-` + six random characters in `directory`. On Linux it is unlinked at once: only the
     /// descriptor keeps it, so the kernel frees it when the descriptor is closed, even after a crash.
     init(temporaryFileIn directory: URL) throws {
-        var template = Array(directory.appendingPathComponent("Requests-multipart-XXXXXX").path.utf8CString)
+        // mkstemp replaces the six trailing X of the template.
+        let pattern = "Requests-multipart-" + String(repeating: "X", count: 6)
+        var template = Array(directory.appendingPathComponent(pattern).path.utf8CString)
         fd = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkstemp($0) } ?? -1 }
         guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)  // a child process must not keep the file alive (mkostemp is not imported)

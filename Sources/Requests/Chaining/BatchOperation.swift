@@ -46,10 +46,11 @@ extension OperationQueue {
 ///
 /// Others can depend on it. Its ``progress`` has one unit per request.
 public final class BatchOperation<Success, Failure: Error>:
-    RequestOperation<[Result<Success, Failure>], Error>, ProgressReporting, @unchecked Sendable
+    RequestOperation<[Result<Success, Failure>], Error>, @unchecked Sendable
 {
     /// One unit per request, completed as each request completes.
-    public let progress: Progress
+    public override var progress: Progress { batchProgress }
+    private let batchProgress: Progress
 
     private let failFast: Bool
 
@@ -60,7 +61,7 @@ public final class BatchOperation<Success, Failure: Error>:
 
     init(count: Int, failFast: Bool, completionQueue: DispatchQueue?, completion: Completion?) {
         self.failFast = failFast
-        progress = Progress(totalUnitCount: Int64(count))
+        batchProgress = Progress(totalUnitCount: Int64(count))
         super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
     }
 

@@ -147,7 +147,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    fileprivate func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
+    func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
         guard endStep(step) else { return }
         switch result {
         case let .failure(error): complete(with: .failure(error))
@@ -168,7 +168,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    fileprivate func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int) {
+    func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int) {
         guard endStep(step), let authenticator = ifNotCompleted({ policies.authenticator }) ?? nil else { return }
         switch credential {
         case let .failure(error):
@@ -205,9 +205,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         emit(.willSend(attempt))
 
         // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
-        let receiver: any AttemptReceiver = self
-        let task = Self.task(for: urlRequest, on: session) { data, response, error in
-            receiver.receive(data: data, response: response, error: error)
+        let task: URLSessionTask
+        do {
+            task = try makeTask(for: urlRequest, receiver: self)
+        } catch {
+            complete(with: .failure(error))
+            return
         }
         // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
         // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
@@ -227,33 +230,52 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
-    /// A data task. A request that must ignore the local cache has its cached entry removed first.
-    private static func task(
-        for urlRequest: URLRequest,
-        on session: URLSession,
-        completion: @escaping @Sendable (Data?, URLResponse?, Error?) -> Void
-    ) -> URLSessionTask {
+    /// The task for one attempt, which reports to `receiver`. The default is a data task on ``session``; a
+    /// request that must ignore the local cache has its cached entry removed first. Transfers override it.
+    func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
         if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
             // URLSession on Linux serves a cached entry whatever the policy says.
             session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
         }
-        return session.dataTask(with: urlRequest, completionHandler: completion)
+        return session.dataTask(with: urlRequest) { data, response, error in
+            receiver.receive(body: .data(data ?? Data()), response: response, error: error)
+        }
     }
 
-    fileprivate func receive(data: Data?, response: URLResponse?, error: Error?) {
+    /// Turns a body that passed the status check and the validations into the success value. The default
+    /// hands the bytes to the request's ``DataRequest/processResponse(_:response:)``.
+    func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> R.Success {
+        guard case let .data(data) = body else {
+            throw RequestQueueError.misuse("\(type(of: self)) received a file it cannot process")
+        }
+        return try request.processResponse(data, response: response)
+    }
+
+    /// Lets go of a body that will not be processed (a failure, a retry, a late answer). Downloads delete the file.
+    func discard(_ body: ResponseBody) {}
+
+    /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).
+    func transferred(completed: Int64, expected: Int64) {
+        updateProgress(completed: completed, total: expected)
+    }
+
+    func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
         let state = ifNotCompleted {
             (request, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), policies.validations)
         }
-        guard let (request, attempt, duration, validations) = state, let request, let attempt else { return }
+        guard let (request, attempt, duration, validations) = state, let request, let attempt else {
+            discard(body)
+            return
+        }
         let httpResponse = response as? HTTPURLResponse
         if let httpResponse {
             withLock {
                 run.response = httpResponse
-                run.bodyBytes = data?.count ?? 0
+                run.bodyBytes = body.count
             }
-            emit(.didReceive(attempt, httpResponse, bodyBytes: data?.count ?? 0, duration: duration))
+            emit(.didReceive(attempt, httpResponse, bodyBytes: body.count, duration: duration))
         }
-        let outcome = outcome(of: request, sent: attempt.urlRequest, data: data, response: response, error: error, validations: validations)
+        let outcome = outcome(of: request, sent: attempt.urlRequest, body: body, response: response, error: error, validations: validations)
         guard case let .failure(failure) = outcome, (failure as? URLError)?.code != .cancelled else {
             complete(with: outcome)
             return
@@ -265,26 +287,27 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
     }
 
+    /// The outcome of an attempt; a body that is not processed is discarded.
     private func outcome(
-        of request: R, sent: URLRequest, data: Data?, response: URLResponse?, error: Error?, validations: [ResponseValidation]
+        of request: R, sent: URLRequest, body: ResponseBody, response: URLResponse?, error: Error?, validations: [ResponseValidation]
     ) -> Result<R.Success, Error> {
-        if let error {
-            return .failure(error)
-        }
-        guard let httpResponse = response as? HTTPURLResponse else {
-            return .failure(RequestQueueError.nonHTTPResponse(response))
-        }
-        let body = data ?? Data()
-        guard request.validHTTPStatusCodes.contains(httpResponse.statusCode) else {
-            return .failure(RequestQueueError.invalidStatusCode(
-                statusCode: httpResponse.statusCode, response: httpResponse, body: body))
-        }
-        return Result {
-            for validation in validations {
-                try validation.validate(sent, response: httpResponse, body: body)
+        let outcome: Result<R.Success, Error> = Result {
+            if let error { throw error }
+            guard let httpResponse = response as? HTTPURLResponse else {
+                throw RequestQueueError.nonHTTPResponse(response)
             }
-            return try request.processResponse(body, response: httpResponse)
+            guard request.validHTTPStatusCodes.contains(httpResponse.statusCode) else {
+                throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
+            }
+            for validation in validations {
+                try validation.validate(sent, response: httpResponse, body: body.inMemory)
+            }
+            return try process(body, response: httpResponse, of: request)
         }
+        if case .failure = outcome {
+            discard(body)
+        }
+        return outcome
     }
 
     // MARK: - Sending again
@@ -303,7 +326,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         return true
     }
 
-    fileprivate func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt) {
+    func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt) {
         switch decision {
         case .retry:
             scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: true)
@@ -345,7 +368,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: next)
     }
 
-    fileprivate func startNextAttempt() {
+    func startNextAttempt() {
         guard ifNotCompleted({ run.backoff = nil }) != nil else { return }
         startAttempt()
     }
@@ -468,10 +491,40 @@ private enum MonitorEvent {
     }
 }
 
-/// Receives the answers of asynchronous steps: the data task, an adapter, the authenticator, the backoff.
-/// An existential, so that the @Sendable closures that call it do not capture the operation's generic metatype.
-private protocol AttemptReceiver: AnyObject, Sendable {
-    func receive(data: Data?, response: URLResponse?, error: Error?)
+/// A response's body: bytes in memory, or the file a download wrote.
+enum ResponseBody: Sendable {
+    case data(Data)
+    case file(URL)
+
+    /// Its size in bytes.
+    var count: Int {
+        switch self {
+        case let .data(data): return data.count
+        case let .file(url): return ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber)?.intValue ?? 0
+        }
+    }
+
+    /// The bytes validations see: a file's are not read (an empty `Data`).
+    var inMemory: Data {
+        if case let .data(data) = self { return data }
+        return Data()
+    }
+
+    /// The bytes a status error carries: a file's first 64 KiB, which is where a server's error payload is.
+    var errorPayload: Data {
+        switch self {
+        case let .data(data): return data
+        case let .file(url): return (try? FileHandle(forReadingFrom: url)).flatMap { try? $0.read(upToCount: 64 * 1024) } ?? Data()
+        }
+    }
+}
+
+/// Receives the answers of asynchronous steps: the task, an adapter, the authenticator, the backoff, and a
+/// transfer's progress. An existential, so that the @Sendable closures that call it do not capture the
+/// operation's generic metatype.
+protocol AttemptReceiver: AnyObject, Sendable {
+    func receive(body: ResponseBody, response: URLResponse?, error: Error?)
+    func transferred(completed: Int64, expected: Int64)
     func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int)
     func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int)
     func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt)

@@ -8,7 +8,7 @@ import Foundation
 /// Whichever comes first wins: the work's outcome or a cancellation. The completion handler runs on
 /// ``completionQueue`` and **returns before the operation finishes**, so operations that depend on this
 /// one see its effects. The result stays readable in ``result`` afterwards.
-open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked Sendable {
+open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressReporting, @unchecked Sendable {
     /// A completion handler.
     public typealias Completion = (Result<Success, Failure>) -> Void
 
@@ -26,6 +26,8 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
     var registryKey: RequestRegistry.Key?
     /// Operations built from this one's result (`addRequest(after:)`) that have not been cancelled.
     private var liveChainedDependents = 0
+    /// Created on first use, so that a queued operation nobody watches stays small.
+    private var storedProgress: Progress?
 
     /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
     public init(
@@ -37,6 +39,32 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
         self.mapError = mapError
         self.completion = completion
         super.init()
+    }
+
+    /// The operation's progress. Downloads and uploads count bytes as they are transferred (the total is the
+    /// expected length, when known); other requests have one unit, completed on success. It stays where it was
+    /// on failure. Cancelling it cancels the operation; add it to a parent `Progress` to compose.
+    ///
+    /// On Linux, Foundation's `Progress` takes no lock: Requests updates it from one serial queue (the transfer
+    /// session's), and reading it from another thread may see a slightly stale value.
+    open var progress: Progress {
+        withLock {
+            if let storedProgress { return storedProgress }
+            let progress = Progress(totalUnitCount: 1)
+            progress.isCancellable = true
+            progress.cancellationHandler = { [weak self] in self?.cancel() }
+            storedProgress = progress
+            return progress
+        }
+    }
+
+    /// Sets ``progress`` to `completed` of `total` units (`total` ≤ 0 leaves the total as it is).
+    final func updateProgress(completed: Int64, total: Int64) {
+        let progress = self.progress
+        if total > 0, progress.totalUnitCount != total {
+            progress.totalUnitCount = total
+        }
+        progress.completedUnitCount = completed
     }
 
     /// The result, once the operation has one. Set before the completion handler runs and kept after finish.
@@ -164,6 +192,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, @unchecked
 
         let error: Error?
         if case let .failure(failure) = outcome { error = failure } else { error = nil }
+        if error == nil, let progress = withLock({ storedProgress }) {
+            progress.completedUnitCount = max(progress.totalUnitCount, progress.completedUnitCount)
+        }
         let completionQueue = completionQueue
         let runCompletion: @Sendable () -> Void = {
             if let completionQueue {

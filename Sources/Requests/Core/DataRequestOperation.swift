@@ -43,6 +43,11 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
+    /// The request while it is held (until the operation finishes).
+    final var currentRequest: R? {
+        withLock { request }
+    }
+
     /// The HTTP response of the last attempt, once one has been received. Kept after finish.
     public var response: HTTPURLResponse? {
         withLock { lazyRun?.response }

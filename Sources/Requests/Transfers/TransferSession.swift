@@ -1,0 +1,89 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The delegate sessions that downloads and uploads run on. On Linux, byte counts arrive only through
+/// session-delegate callbacks, and only for tasks created without a completion handler, so a transfer cannot
+/// run on the caller's session as it is: it runs on a session Requests creates once per caller session, with that
+/// session's configuration (headers, timeouts, cookies, cache, protocol classes) but this delegate. The caller
+/// session's own delegate is not called for transfers.
+final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
+    private struct Entry {
+        weak var base: URLSession?
+        let session: URLSession
+        let delegate: TransferSession
+    }
+
+    private static let sessionsLock = NSLock()
+    nonisolated(unsafe) private static var sessions: [ObjectIdentifier: Entry] = [:]
+
+    /// The transfer session for `base`, and its delegate, created on first use.
+    static func session(for base: URLSession) -> (URLSession, TransferSession) {
+        sessionsLock.lock()
+        defer { sessionsLock.unlock() }
+        if let entry = sessions[ObjectIdentifier(base)], entry.base === base {
+            return (entry.session, entry.delegate)
+        }
+        sessions = sessions.filter { $0.value.base != nil }
+        let delegate = TransferSession()
+        let queue = OperationQueue()
+        queue.name = "Requests.transfers"
+        queue.maxConcurrentOperationCount = 1
+        let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: queue)
+        sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
+        return (session, delegate)
+    }
+
+    private let lock = NSLock()
+    private var handlers: [Int: any TransferHandler] = [:]
+
+    /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
+    func register(_ handler: any TransferHandler, for task: URLSessionTask) {
+        lock.lock()
+        defer { lock.unlock() }
+        handlers[task.taskIdentifier] = handler
+    }
+
+    private func handler(for task: URLSessionTask, removing: Bool = false) -> (any TransferHandler)? {
+        lock.lock()
+        defer { lock.unlock() }
+        return removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier]
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        handler(for: task)?.didSend(total: totalBytesSent, expected: totalBytesExpectedToSend)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        handler(for: dataTask)?.didReceive(data)
+    }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didWriteData bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        handler(for: downloadTask)?.didWrite(total: totalBytesWritten, expected: totalBytesExpectedToWrite)
+    }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        handler(for: downloadTask)?.didFinishDownloading(to: location)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        handler(for: task, removing: true)?.didComplete(response: task.response, error: error)
+    }
+}
+
+/// One transfer's callbacks, all on the transfer session's serial delegate queue.
+protocol TransferHandler: AnyObject, Sendable {
+    func didSend(total: Int64, expected: Int64)
+    func didReceive(_ data: Data)
+    func didWrite(total: Int64, expected: Int64)
+    func didFinishDownloading(to location: URL)
+    func didComplete(response: URLResponse?, error: Error?)
+}
+
+extension TransferHandler {
+    func didSend(total: Int64, expected: Int64) {}
+    func didReceive(_ data: Data) {}
+    func didWrite(total: Int64, expected: Int64) {}
+    func didFinishDownloading(to location: URL) {}
+}

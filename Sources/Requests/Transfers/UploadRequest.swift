@@ -1,0 +1,121 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// What an upload sends.
+public enum UploadBody: Sendable {
+    /// Bytes in memory, sent with their `Content-Length`.
+    case data(Data)
+    /// A file, streamed and never read whole into memory. On Linux a stream is sent `Transfer-Encoding: chunked`
+    /// (URLSession there cannot send a stream with a length; its upload-from-file path can, but crashes Foundation
+    /// when the upload is cancelled). A missing file fails with ``RequestBuildingError/unreadableFile(_:)``.
+    case file(URL)
+    /// A multipart form, built for each attempt: in memory when small, streamed from a temporary file when large.
+    case multipart(MultipartFormData)
+}
+
+/// A request that uploads a body and turns the response into `Success` like any ``DataRequest``; the body
+/// replaces any `httpBody` that `makeURLRequest` set. It runs as an ``UploadRequestOperation``, with the bytes
+/// sent in ``RequestOperation/progress``.
+public protocol UploadRequest: DataRequest {
+    /// What to send, read for each attempt.
+    var uploadBody: UploadBody { get }
+}
+
+extension UploadRequest {
+    /// Creates an ``UploadRequestOperation``.
+    public func makeOperation(
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        completion: CompletionType?
+    ) -> RequestOperation<Success, Failure> {
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+    }
+}
+
+extension UploadRequest where Self: DecodableRequest {
+    /// Creates an ``UploadRequestOperation`` whose response is decoded as JSON.
+    public func makeOperation(
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        completion: CompletionType?
+    ) -> RequestOperation<Success, Failure> {
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+    }
+}
+
+extension UploadRequest where Self: NoContentRequest {
+    /// Creates an ``UploadRequestOperation`` that expects no response body.
+    public func makeOperation(
+        session: URLSession,
+        completionQueue: DispatchQueue?,
+        completion: CompletionType?
+    ) -> RequestOperation<Success, Failure> {
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+    }
+}
+
+/// Runs an ``UploadRequest`` on a ``TransferSession`` derived from its session, so that the bytes sent reach
+/// ``RequestOperation/progress``.
+public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {
+    override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
+        // User code: read outside the lock.
+        guard let body = currentRequest?.uploadBody else { throw RequestQueueError.cancelled }
+        let (transferSession, delegate) = TransferSession.session(for: session)
+        var urlRequest = urlRequest
+        urlRequest.httpBody = nil
+        urlRequest.httpBodyStream = nil
+        let task: URLSessionTask
+        var length: Int64 = -1
+        switch body {
+        case let .data(data):
+            task = transferSession.uploadTask(with: urlRequest, from: data)
+        case let .file(file):
+            let size = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber
+            guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size,
+                  let stream = InputStream(url: file) else {
+                throw RequestBuildingError.unreadableFile(file)
+            }
+            urlRequest.httpBodyStream = stream
+            length = size.int64Value
+            task = transferSession.dataTask(with: urlRequest)
+        case let .multipart(form):
+            length = Int64(try form.apply(to: &urlRequest))
+            if let data = urlRequest.httpBody {
+                urlRequest.httpBody = nil
+                task = transferSession.uploadTask(with: urlRequest, from: data)
+            } else {
+                task = transferSession.dataTask(with: urlRequest)
+            }
+        }
+        delegate.register(UploadTransfer(receiver: receiver, length: length), for: task)
+        return task
+    }
+}
+
+/// The callbacks of one upload task: progress as bytes are sent, and the response body as it arrives.
+final class UploadTransfer: TransferHandler, @unchecked Sendable {
+    private weak var receiver: (any AttemptReceiver)?
+    /// The body's length when URLSession does not know it (a stream).
+    private let length: Int64
+    // Touched only on the transfer session's serial delegate queue.
+    private var received = Data()
+
+    init(receiver: any AttemptReceiver, length: Int64) {
+        self.receiver = receiver
+        self.length = length
+    }
+
+    func didSend(total: Int64, expected: Int64) {
+        receiver?.transferred(completed: total, expected: expected > 0 ? expected : length)
+    }
+
+    func didReceive(_ data: Data) {
+        received.append(data)
+    }
+
+    func didComplete(response: URLResponse?, error: Error?) {
+        receiver?.receive(body: .data(received), response: response, error: error)
+    }
+}

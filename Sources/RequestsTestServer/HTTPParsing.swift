@@ -178,6 +178,7 @@ final class RequestReader {
         // A sink's body is counted and checksummed as it arrives, never held, so it may be of any size.
         let isSink = parsed.path.hasPrefix("/sink")
         var digest: BodyDigest? = isSink ? BodyDigest() : nil
+        sinkPause = isSink ? parsed.query["pause"].flatMap { Int($0) }.map { max(0, $0) } ?? 0 : 0
 
         // Body framing.
         let transferEncoding = headers["transfer-encoding"].map { $0.lowercased() }
@@ -235,11 +236,15 @@ final class RequestReader {
         return data
     }
 
+    /// Milliseconds a sink waits before each read (`/sink…?pause=N`), to make a slow reader.
+    private var sinkPause = 0
+
     /// Feeds exactly `count` bytes to `digest` as they arrive; `false` if the connection ends first.
     private func consume(exactly count: Int, into digest: inout BodyDigest?) -> Bool {
         var remaining = count
         while remaining > 0 {
             if available == 0 {
+                if sinkPause > 0 { usleep(UInt32(sinkPause) * 1000) }
                 guard fill() else { return false }
             }
             let taken = min(available, remaining)

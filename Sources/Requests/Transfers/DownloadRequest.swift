@@ -58,13 +58,14 @@ extension DownloadRequest {
 ///
 /// Foundation on Linux never deletes a download's temporary file, not even after a failure or a
 /// cancellation, and does not say where a failed one is; this operation takes the file as soon as it is
-/// complete and, while it is being written, finds it among the files the process has open, so that it can
-/// remove it on every path.
+/// complete and, while it is being written, finds it (see `PartialDownloads`), so that it can remove it on
+/// every path.
 public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOperation<R>, @unchecked Sendable {
     override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
         let (transferSession, delegate) = TransferSession.session(for: session)
+        let transfer = DownloadTransfer(receiver: receiver, existingFiles: PartialDownloads.existingFiles())
         let task = transferSession.downloadTask(with: urlRequest)
-        delegate.register(DownloadTransfer(receiver: receiver), for: task)
+        delegate.register(transfer, for: task)
         return task
     }
 
@@ -103,17 +104,20 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 /// operation, and removes them on every other path, also after the operation is gone.
 final class DownloadTransfer: TransferHandler, @unchecked Sendable {
     private weak var receiver: (any AttemptReceiver)?
+    /// Foundation's partial files that existed before this download started, so cannot be its own.
+    private let existingFiles: Set<String>
     // Touched only on the transfer session's serial delegate queue.
     private var staged: URL?
     private var partial: String?
 
-    init(receiver: any AttemptReceiver) {
+    init(receiver: any AttemptReceiver, existingFiles: Set<String>) {
         self.receiver = receiver
+        self.existingFiles = existingFiles
     }
 
     func didWrite(total: Int64, expected: Int64) {
         if partial == nil {
-            partial = PartialDownloads.claim(written: total)
+            partial = PartialDownloads.claim(written: total, excluding: existingFiles)
         }
         receiver?.transferred(completed: total, expected: expected)
     }
@@ -154,38 +158,36 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
 }
 
 /// Finds the file Foundation writes a download to, which on Linux it neither removes after a failure or a
-/// cancellation nor names: `<UUID>.tmp` in the temporary directory, open in this process while it is written.
-/// A download claims the one such open file that no other download has claimed and that is at least as large as
-/// what it has written; while that is ambiguous (two downloads starting together) it tries again at its next
-/// progress callback.
+/// cancellation nor names: `<UUID>.tmp` in the temporary directory. A download's own file always exists and holds
+/// at least what it has written when it is told its progress; so among the files of that form that did not exist
+/// when it started, that are not claimed by another download and that are at least that large, a single one must
+/// be its own. While there are several (downloads running side by side), it tries again at its next progress.
 enum PartialDownloads {
     private static let lock = NSLock()
     nonisolated(unsafe) private static var claimed: Set<String> = []
 
-    static func claim(written: Int64) -> String? {
-        #if os(Linux)
-        let directory = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-        let fileManager = FileManager.default
-        let open = ((try? fileManager.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { fd in
-            try? fileManager.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")
-        }
-        let candidates = Set(open.filter { path in
-            let url = URL(fileURLWithPath: path)
-            let name = url.lastPathComponent
-            guard url.deletingLastPathComponent().standardizedFileURL.path == directory, name.hasSuffix(".tmp"),
-                  UUID(uuidString: String(name.dropLast(4))) != nil else { return false }
-            let size = ((try? fileManager.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.int64Value ?? 0
+    /// The partial files in the temporary directory now.
+    static func existingFiles() -> Set<String> {
+        #if canImport(FoundationNetworking)
+        let directory = NSTemporaryDirectory()
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return Set(names.filter(isPartialFileName).map { (directory as NSString).appendingPathComponent($0) })
+        #else
+        return []
+        #endif
+    }
+
+    static func claim(written: Int64, excluding existing: Set<String>) -> String? {
+        let candidates = existingFiles().subtracting(existing).filter { path in
+            let size = ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.int64Value ?? 0
             return size >= written
-        })
+        }
         lock.lock()
         defer { lock.unlock() }
         let unclaimed = candidates.subtracting(claimed)
         guard unclaimed.count == 1, let path = unclaimed.first else { return nil }
         claimed.insert(path)
         return path
-        #else
-        return nil
-        #endif
     }
 
     static func release(_ path: String?) {
@@ -193,5 +195,9 @@ enum PartialDownloads {
         lock.lock()
         defer { lock.unlock() }
         claimed.remove(path)
+    }
+
+    private static func isPartialFileName(_ name: String) -> Bool {
+        name.hasSuffix(".tmp") && UUID(uuidString: String(name.dropLast(4))) != nil
     }
 }

@@ -141,6 +141,25 @@ final class DownloadTests: XCTestCase {
         assertNoLeftovers()
     }
 
+    func testCancellingDownloadsRunningSideBySideLeavesNoFile() {
+        // Given six downloads running at once, so that their partial files must be told apart
+        let queue = OperationQueue()
+        let results = Recorder<Result<URL, Error>>()
+        let operations = (0..<6).map { index in
+            queue.addRequest(
+                Download(url: server.url("/trickle/20000000?chunk=65536&interval=\(2 + index)"), destination: folder.appendingPathComponent("\(index).bin")),
+                session: testSession
+            ) { results.append($0) }
+        }
+        waitUntil("all have received bytes") { operations.allSatisfy { $0.progress.completedUnitCount > 300_000 } }
+        // When all are cancelled
+        operations.forEach { $0.cancel() }
+        waitUntil("the completions") { results.count == 6 }
+        // Then none left a file
+        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation == true })
+        assertNoLeftovers()
+    }
+
     func testProgressMovesWithTheRealByteCounts() {
         // Given a 10 MB download that arrives in 64 KiB steps
         let queue = OperationQueue()

@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode, overhead
+    case throughput, memory, cancel, decode, overhead, transfers
 }
 
 struct Options {
@@ -54,7 +54,7 @@ struct Options {
           --path PATH        path requested on --url (default /json)
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
-          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead
+          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers
           --concurrency LIST throughput concurrencies (default 1,16,64)
         """
 
@@ -103,7 +103,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "-h", "--help":
@@ -145,6 +145,10 @@ func log(_ message: String) {
 func fail(_ message: String, code: Int32) -> Never {
     log("requests-bench: \(message)")
     exit(code)
+}
+
+if CommandLine.arguments.dropFirst().first == "--transfer-child" {
+    runTransferChild(Array(CommandLine.arguments.dropFirst(2)))
 }
 
 let options: Options
@@ -328,6 +332,13 @@ if options.only.contains(.overhead) {
     let count = options.smoke ? 2_000 : 50_000
     let rounds = options.smoke ? 1 : 5
     sections.append(timed("6. Operation overhead without the network") { overheadSection(count: count, rounds: rounds) })
+}
+if options.only.contains(.transfers) {
+    let bytes = options.smoke ? 16 << 20 : 1 << 30
+    let (download, upload) = timed("7. Peak memory of a \(bytes >> 20) MiB download and upload") {
+        (measureTransfer("download", bytes: bytes, base: embedded.baseURL), measureTransfer("upload", bytes: bytes, base: embedded.baseURL))
+    }
+    sections.append(transferSection(download: download, upload: upload, bytes: bytes))
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

@@ -1,0 +1,121 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+// Section 7: peak memory of a large download and upload. Each runs in a child process of its own
+// (`requests-bench --transfer-child download|upload BYTES BASE_URL`), because the peak resident size
+// (VmHWM) counts from the start of a process; the server stays in the parent and is not counted.
+
+/// The peak resident size of this process so far, from /proc/self/status.
+func peakResidentBytes() -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+          let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+    else { return nil }
+    return kilobytes * 1024
+}
+
+private struct BenchDownload: DownloadRequest {
+    let url: URL
+    let destination: URL?
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+private struct BenchUpload: UploadRequest {
+    typealias Success = Data
+    let url: URL
+    let uploadBody: UploadBody
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        completion(.success(request))
+    }
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+/// The child: runs one transfer, prints `bytes seconds peak`, and exits (1 when the transfer failed).
+func runTransferChild(_ arguments: [String]) -> Never {
+    guard arguments.count == 3, let bytes = Int(arguments[1]), let base = URL(string: arguments[2]) else {
+        FileHandle.standardError.write(Data("usage: --transfer-child download|upload BYTES BASE_URL\n".utf8))
+        exit(2)
+    }
+    let configuration = URLSessionConfiguration.ephemeral
+    configuration.urlCache = nil
+    let session = URLSession(configuration: configuration)
+    let queue = OperationQueue()
+    let file = FileManager.default.temporaryDirectory.appendingPathComponent("requests-bench-\(UUID().uuidString).bin")
+    defer { try? FileManager.default.removeItem(at: file) }
+    let start: Double
+    let transferred: Int
+    switch arguments[0] {
+    case "download":
+        start = ResourceUsage.now()
+        let operation = queue.addRequest(BenchDownload(url: base.appendingPathComponent("bytes/\(bytes)"), destination: file), session: session)
+        queue.waitUntilAllOperationsAreFinished()
+        guard case .success? = operation.result else { exit(1) }
+        transferred = ((try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber)?.intValue ?? 0
+    case "upload":
+        // Written a MiB at a time, so that making the file does not raise the peak.
+        guard FileManager.default.createFile(atPath: file.path, contents: nil) else { exit(1) }
+        guard let handle = try? FileHandle(forWritingTo: file) else { exit(1) }
+        let chunk = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        for _ in 0..<(bytes >> 20) { handle.write(chunk) }
+        try? handle.close()
+        start = ResourceUsage.now()
+        let operation = queue.addRequest(BenchUpload(url: base.appendingPathComponent("sink/bench"), uploadBody: .file(file)), session: session)
+        queue.waitUntilAllOperationsAreFinished()
+        struct Report: Decodable { let bytes: Int }
+        guard case let .success(data)? = operation.result, let report = try? JSONDecoder().decode(Report.self, from: data) else { exit(1) }
+        transferred = report.bytes
+    default:
+        exit(2)
+    }
+    print("\(transferred) \(ResourceUsage.now() - start) \(peakResidentBytes() ?? -1)")
+    exit(0)
+}
+
+/// One child's figures.
+struct TransferFigures {
+    var bytes = 0
+    var seconds = Double.nan
+    var peakBytes = Double.nan
+}
+
+/// Runs `kind` in a child process against `base`.
+func measureTransfer(_ kind: String, bytes: Int, base: URL) -> TransferFigures {
+    let executable = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.path
+    guard let output = ResourceUsage.run(executable, ["--transfer-child", kind, String(bytes), base.absoluteString]) else {
+        return TransferFigures()
+    }
+    let parts = output.split(separator: " ")
+    guard parts.count == 3, let count = Int(parts[0]), let seconds = Double(parts[1]), let peak = Double(parts[2]) else {
+        return TransferFigures()
+    }
+    return TransferFigures(bytes: count, seconds: seconds, peakBytes: peak)
+}
+
+func transferSection(download: TransferFigures, upload: TransferFigures, bytes: Int) -> Section {
+    var section = Section(
+        name: "Transfers",
+        title: "7. Peak memory of a \(bytes >> 20) MiB download to a file and upload from a file (embedded server, child process)",
+        rows: [])
+    for (measure, figures) in [("Download to a file (DownloadRequest)", download), ("Upload from a file (UploadRequest, streamed)", upload)] {
+        let complete = figures.bytes == bytes
+        section.rows.append(Row(
+            measure: measure,
+            library: figures.peakBytes.isNaN ? "no number" : "\(fixed(figures.peakBytes / 1_048_576, 1)) MiB peak RSS",
+            baseline: "",
+            comparison: figures.seconds.isNaN ? "" : "\(fixed(Double(figures.bytes) / 1_048_576 / figures.seconds, 0)) MiB/s",
+            goal: "< 64 MiB",
+            verdict: figures.peakBytes.isNaN || !complete ? .failed : (figures.peakBytes < 64 * 1_048_576 ? .pass : .miss)))
+    }
+    section.notes.append("Peak RSS is VmHWM of a child process that runs only the transfer (the server is in the parent). "
+        + "Bytes moved: download \(grouped(Double(download.bytes))), upload \(grouped(Double(upload.bytes))) of \(grouped(Double(bytes))).")
+    return section
+}

@@ -134,3 +134,12 @@ final class LogLines: @unchecked Sendable {
         lock.unlock()
     }
 }
+
+/// 8 MB from the server's trickling route, to a file.
+struct DemoDownload: DownloadRequest {
+    let destination: URL?
+    var identifier: String { "demo-download" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url("/trickle/8000000?chunk=65536&interval=8"))))
+    }
+}

@@ -242,8 +242,30 @@ do {
     check(refreshes.count == 1 && succeeded == 5, "one refresh for all five, each request resent at most once, secrets redacted")
 }
 
-section("Not in this build yet")
-say("  a download with progress arrives with transfers.")
+// 9. a download to a file with a live progress bar
+section("9. Download with progress")
+do {
+    let destination = FileManager.default.temporaryDirectory.appendingPathComponent("requests-demo-\(UUID().uuidString).bin")
+    defer { try? FileManager.default.removeItem(at: destination) }
+    let download = queue.addRequest(DemoDownload(destination: destination), session: session)
+    var lastDrawn = -1
+    func draw(_ fraction: Double) {
+        let width = 30
+        let filled = Int(fraction * Double(width))
+        say("\r  [\(String(repeating: "█", count: filled))\(String(repeating: "·", count: width - filled))] \(Int(fraction * 100))%", terminator: "")
+    }
+    runUntil {
+        let percent = Int(download.progress.fractionCompleted * 100)
+        if percent != lastDrawn { draw(download.progress.fractionCompleted); lastDrawn = percent }
+        return download.isFinished
+    }
+    draw(download.progress.fractionCompleted)
+    say("")
+    let size = ((try? FileManager.default.attributesOfItem(atPath: destination.path))?[.size] as? NSNumber)?.intValue ?? 0
+    say("  8 MB written to \(destination.lastPathComponent) as it arrived; progress \(download.progress.completedUnitCount) of \(download.progress.totalUnitCount) bytes")
+    check((try? download.result?.get()) == destination && size == 8_000_000, "the file holds every byte, and the progress moved with them")
+}
+
 say("")
 say(failures == 0 ? "All demo steps behaved as described." : "\(failures) demo step(s) did not behave as described.")
 withExtendedLifetime(embeddedServer) {}

@@ -41,6 +41,12 @@ public struct LoopbackResponse: Sendable {
         case closeMidBody
         /// Send nothing; keep the connection open until the client closes it or the server stops.
         case neverRespond
+        /// Reset the connection (TCP RST) without sending anything.
+        case resetBeforeHeaders
+        /// Send the headers and half the body, then reset the connection (TCP RST).
+        case resetMidBody
+        /// Send `Transfer-Encoding: chunked` and a chunk whose size is not hexadecimal, then close.
+        case invalidChunkedEncoding
     }
 
     /// The HTTP status code.
@@ -111,7 +117,7 @@ enum Reply {
     case trickle(count: Int, chunk: Int, interval: Int)
 }
 
-/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/...`).
+/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/…`).
 enum BuiltinRoutes {
     static let recipeJSON = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
 
@@ -129,6 +135,20 @@ enum BuiltinRoutes {
             return .response(response)
         case "/fault/never-respond":
             return .response(LoopbackResponse(fault: .neverRespond))
+        case "/fault/reset-before-headers":
+            return .response(LoopbackResponse(fault: .resetBeforeHeaders))
+        case "/fault/reset-mid-body":
+            return .response(LoopbackResponse(body: Data(count: 200_000), fault: .resetMidBody))
+        case "/fault/invalid-chunked":
+            return .response(LoopbackResponse(fault: .invalidChunkedEncoding))
+        case "/fault/redirect-loop":
+            return .response(LoopbackResponse(status: 302, headers: ["Location": "/fault/redirect-loop"]))
+        case "/fault/html-error":
+            return .response(LoopbackResponse(status: 500, headers: ["Content-Type": "text/html"], body: Data("<html><body><h1>Internal Server Error</h1></body></html>".utf8)))
+        case "/fault/html-page":
+            return .response(LoopbackResponse(headers: ["Content-Type": "text/html"], body: Data("<html><body>Maintenance</body></html>".utf8)))
+        case "/fault/invalid-json":
+            return .response(LoopbackResponse(headers: ["Content-Type": "application/json"], body: Data(#"{"name": "Pancakes", "ingredients": [oops"#.utf8)))
         default:
             break
         }

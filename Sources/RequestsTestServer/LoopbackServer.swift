@@ -9,7 +9,9 @@ import Darwin
 ///
 /// It binds an ephemeral port, serves each connection on its own thread with keep-alive,
 /// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`,
-/// `/fault/close-mid-body`, `/fault/never-respond`) and custom ones via ``route(_:handler:)``.
+/// and faults under `/fault/…`: `close-mid-body` (a `Content-Length` larger than the body sent), `never-respond`,
+/// `reset-before-headers`, `reset-mid-body`, `invalid-chunked`, `redirect-loop`, `html-error`, `html-page`,
+/// `invalid-json`) and custom ones via ``route(_:handler:)``.
 /// Any route accepts a `delay=N` query parameter (milliseconds).
 public final class LoopbackServer: @unchecked Sendable {
     /// A failed socket call while starting the server.
@@ -293,6 +295,18 @@ final class ServerCore: @unchecked Sendable {
                 let partial = response.body.prefix(response.body.count / 2)
                 if Sys.sendAll(fd, head + partial) { _ = shutdown(fd, Sys.shutWR) }
                 return false
+            case .resetBeforeHeaders?:
+                Self.resetOnClose(fd)
+                return false
+            case .resetMidBody?:
+                let head = headerBlock(response, contentLength: response.body.count, keepAlive: false)
+                _ = Sys.sendAll(fd, head + response.body.prefix(response.body.count / 2))
+                Self.resetOnClose(fd)
+                return false
+            case .invalidChunkedEncoding?:
+                let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"
+                if Sys.sendAll(fd, Data(head.utf8)) { _ = shutdown(fd, Sys.shutWR) }
+                return false
             case nil:
                 let closeRequested = response.headers.contains {
                     $0.key.lowercased() == "connection" && $0.value.lowercased().contains("close")
@@ -369,6 +383,12 @@ final class ServerCore: @unchecked Sendable {
 
     /// After an error response, stops sending and discards what the client still sends (up to 1 s),
     /// so closing does not reset the connection before the client has read the response.
+    /// Makes the coming `close` send a TCP RST instead of a FIN.
+    private static func resetOnClose(_ fd: Int32) {
+        var noLinger = linger(l_onoff: 1, l_linger: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &noLinger, socklen_t(MemoryLayout<linger>.size))
+    }
+
     private func lingeringClose(_ fd: Int32) {
         _ = shutdown(fd, Sys.shutWR)
         var scratch = [UInt8](repeating: 0, count: 16 * 1024)

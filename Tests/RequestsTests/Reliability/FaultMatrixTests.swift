@@ -1,0 +1,169 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+import XCTest
+
+/// Every fault of the matrix against every request kind: a typed error (the table in docs/faults.md), one
+/// completion, a finished operation, no temporary file left, and nothing kept alive.
+final class FaultMatrixTests: XCTestCase {
+    private let server = TestServer.shared
+
+    /// Timeouts of one second (Linux rounds them down to whole seconds), for the slow faults.
+    private static let session: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.timeoutIntervalForRequest = 1
+        return URLSession(configuration: configuration)
+    }()
+
+    enum Fault: String, CaseIterable {
+        case connectionRefused = "connection refused"
+        case resetBeforeHeaders = "reset before the headers"
+        case resetMidBody = "reset in the middle of the body"
+        case contentLengthLargerThanBody = "Content-Length larger than the body sent"
+        case slowTricklePastTimeout = "slow trickle past the timeout"
+        case neverResponds = "never responds"
+        case invalidChunkedEncoding = "invalid chunked encoding"
+        case hugeBodyForSmallModel = "100 MB body for a small model"
+        case invalidJSON = "invalid JSON"
+        case htmlErrorPage = "HTML error page for a JSON request"
+        case htmlPageWithSuccess = "HTML page with a 200 for a JSON request"
+        case bodyOnNoContent = "body on a no-content request"
+        case redirectLoop = "redirect loop"
+    }
+
+    enum Kind: String, CaseIterable {
+        case data, decodable, noContent = "no-content", download, upload
+    }
+
+    private static let refusedURL: URL = {
+        // A port that was just closed: nothing listens there.
+        guard let stopped = try? LoopbackServer() else { return URL(fileURLWithPath: "/") }
+        let url = stopped.url("/json")
+        stopped.stop()
+        return url
+    }()
+
+    private func url(for fault: Fault) -> URL {
+        switch fault {
+        case .connectionRefused: return Self.refusedURL
+        case .resetBeforeHeaders: return server.url("/fault/reset-before-headers")
+        case .resetMidBody: return server.url("/fault/reset-mid-body")
+        case .contentLengthLargerThanBody: return server.url("/fault/close-mid-body")
+        case .slowTricklePastTimeout: return server.url("/trickle/100000?chunk=1000&interval=1500")
+        case .neverResponds: return server.url("/fault/never-respond")
+        case .invalidChunkedEncoding: return server.url("/fault/invalid-chunked")
+        case .hugeBodyForSmallModel: return server.url("/bytes/100000000")
+        case .invalidJSON: return server.url("/fault/invalid-json")
+        case .htmlErrorPage: return server.url("/fault/html-error")
+        case .htmlPageWithSuccess: return server.url("/fault/html-page")
+        case .bodyOnNoContent: return server.url("/json")
+        case .redirectLoop: return server.url("/fault/redirect-loop")
+        }
+    }
+
+    /// What each cell must fail with; `nil` where the kind succeeds (a download of a body it does not parse).
+    private func expectation(_ fault: Fault, _ kind: Kind) -> ((Error) -> Bool)? {
+        func urlError(_ codes: URLError.Code...) -> (Error) -> Bool {
+            { codes.contains(($0 as? URLError)?.code ?? .unknown) && ($0 as? URLError) != nil }
+        }
+        let status: (Int) -> (Error) -> Bool = { code in { ($0 as? RequestQueueError)?.statusCode == code } }
+        let decoding: (Error) -> Bool = { $0 is DecodingError }
+        let nonEmpty: (Error) -> Bool = { if case .nonEmptyData? = $0 as? RequestQueueError { return true }; return false }
+        switch fault {
+        case .connectionRefused: return urlError(.cannotConnectToHost)
+        case .resetBeforeHeaders, .resetMidBody: return urlError(.networkConnectionLost)
+        case .contentLengthLargerThanBody, .invalidChunkedEncoding: return urlError(.unknown)
+        case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
+        case .hugeBodyForSmallModel:
+            switch kind {
+            case .decodable: return decoding
+            case .noContent: return nonEmpty
+            case .data, .download, .upload: return nil
+            }
+        case .invalidJSON, .htmlPageWithSuccess:
+            switch kind {
+            case .decodable: return decoding
+            case .noContent: return nonEmpty
+            case .data, .download, .upload: return nil
+            }
+        case .bodyOnNoContent:
+            return kind == .noContent ? nonEmpty : nil
+        case .htmlErrorPage: return status(500)
+        case .redirectLoop: return urlError(.httpTooManyRedirects)
+        }
+    }
+
+    /// Runs one cell; returns the outcome description for the table.
+    private func run(_ fault: Fault, _ kind: Kind) -> String {
+        let url = url(for: fault)
+        let queue = OperationQueue()
+        let results = Recorder<Result<Void, Error>>()
+        let before = transferLeftovers()
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("faults-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        weak var weakOperation: Operation?
+        do {
+            let operation: Operation
+            switch kind {
+            case .data:
+                operation = queue.addRequest(GetData(url: url), session: Self.session) { results.append($0.map { _ in }) }
+            case .decodable:
+                operation = queue.addRequest(GetDecodable<ServedRecipe>(url: url), session: Self.session) { results.append($0.map { _ in }) }
+            case .noContent:
+                operation = queue.addRequest(SendNoContent(url: url), session: Self.session) { results.append($0.map { _ in }) }
+            case .download:
+                operation = queue.addRequest(Download(url: url, destination: folder.appendingPathComponent("f")), session: Self.session) {
+                    results.append($0.map { _ in })
+                }
+            case .upload:
+                operation = queue.addRequest(Upload(url: url, uploadBody: .data(Data(count: 10_000))), session: Self.session) {
+                    results.append($0.map { _ in })
+                }
+            }
+            weakOperation = operation
+            queue.waitUntilAllOperationsAreFinished()
+            XCTAssertTrue(operation.isFinished, "\(fault.rawValue) × \(kind.rawValue): finished")
+        }
+        XCTAssertEqual(results.count, 1, "\(fault.rawValue) × \(kind.rawValue): exactly one completion")
+        waitUntil("\(fault.rawValue) × \(kind.rawValue): the operation is released") { weakOperation == nil }
+        waitUntil("\(fault.rawValue) × \(kind.rawValue): no temporary file is left") { transferLeftovers().subtracting(before).isEmpty }
+        let outcome = results.values.first
+        switch (outcome, expectation(fault, kind)) {
+        case let (.failure(error)?, isExpected?):
+            XCTAssertTrue(isExpected(error), "\(fault.rawValue) × \(kind.rawValue): unexpected \(error)")
+            return Self.describe(error)
+        case (.success?, nil):
+            return "success"
+        case let (outcome, expected):
+            XCTFail("\(fault.rawValue) × \(kind.rawValue): \(String(describing: outcome)), expected \(expected == nil ? "success" : "a failure")")
+            return "unexpected"
+        }
+    }
+
+    static func describe(_ error: Error) -> String {
+        switch error {
+        case let error as URLError: return "URLError \(error.code.rawValue)"
+        case let error as RequestQueueError:
+            switch error {
+            case let .invalidStatusCode(code, _, _): return "invalidStatusCode(\(code))"
+            case .nonEmptyData: return "nonEmptyData"
+            default: return "\(error)"
+            }
+        case is DecodingError: return "DecodingError"
+        default: return String(describing: type(of: error))
+        }
+    }
+
+    func testEveryFaultForEveryKind() {
+        var table: [String] = []
+        for fault in Fault.allCases {
+            let cells = Kind.allCases.map { run(fault, $0) }
+            table.append("| \(fault.rawValue) | " + cells.joined(separator: " | ") + " |")
+        }
+        print("fault matrix:\n| Fault | " + Kind.allCases.map(\.rawValue).joined(separator: " | ") + " |\n" + table.joined(separator: "\n"))
+    }
+}

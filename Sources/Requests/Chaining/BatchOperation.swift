@@ -48,7 +48,7 @@ extension OperationQueue {
 public final class BatchOperation<Success, Failure: Error>:
     RequestOperation<[Result<Success, Failure>], Error>, @unchecked Sendable
 {
-    /// One unit per request, completed as each request completes.
+    /// One unit per request, completed as each request completes. Cancelling it cancels the batch.
     public override var progress: Progress { batchProgress }
     private let batchProgress: Progress
 
@@ -61,8 +61,10 @@ public final class BatchOperation<Success, Failure: Error>:
 
     init(count: Int, failFast: Bool, completionQueue: DispatchQueue?, completion: Completion?) {
         self.failFast = failFast
-        batchProgress = Progress(totalUnitCount: Int64(count))
+        batchProgress = Progress.discreteProgress(totalUnitCount: Int64(count))
         super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
+        batchProgress.isCancellable = true
+        batchProgress.cancellationHandler = { [weak self] in self?.cancel() }
     }
 
     /// Called once, before the batch is queued.

@@ -249,11 +249,11 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Turns a body that passed the status check and the validations into the success value. The default
     /// hands the bytes to the request's ``DataRequest/processResponse(_:response:)``.
-    func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> R.Success {
+    func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<R.Success> {
         guard case let .data(data) = body else {
             throw RequestQueueError.misuse("\(type(of: self)) received a file it cannot process")
         }
-        return try request.processResponse(data, response: response)
+        return Processed(value: try request.processResponse(data, response: response))
     }
 
     /// Lets go of a body that will not be processed (a failure, a retry, a late answer). Downloads delete the file.
@@ -280,7 +280,14 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             }
             emit(.didReceive(attempt, httpResponse, bodyBytes: body.count, duration: duration))
         }
-        let outcome = outcome(of: request, sent: attempt.urlRequest, body: body, response: response, error: error, validations: validations)
+        let processed = outcome(of: request, sent: attempt.urlRequest, body: body, response: response, error: error, validations: validations)
+        let outcome = processed.map(\.value)
+        if case let .success(success) = processed {
+            if !complete(with: outcome, committing: success.commit) {
+                success.abandon?()
+            }
+            return
+        }
         guard case let .failure(failure) = outcome, (failure as? URLError)?.code != .cancelled else {
             complete(with: outcome)
             return
@@ -295,8 +302,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// The outcome of an attempt; a body that is not processed is discarded.
     private func outcome(
         of request: R, sent: URLRequest, body: ResponseBody, response: URLResponse?, error: Error?, validations: [ResponseValidation]
-    ) -> Result<R.Success, Error> {
-        let outcome: Result<R.Success, Error> = Result {
+    ) -> Result<Processed<R.Success>, Error> {
+        let outcome: Result<Processed<R.Success>, Error> = Result {
             if let error { throw error }
             guard let httpResponse = response as? HTTPURLResponse else {
                 throw RequestQueueError.nonHTTPResponse(response)
@@ -493,6 +500,21 @@ private enum MonitorEvent {
         case let .didFinish(summary, _):
             monitor.requestDidFinish(summary)
         }
+    }
+}
+
+/// A processed success value, with what makes it final: `commit` runs in the step that claims the outcome
+/// (under the operation's lock, so it must be quick and must not call back into the operation; a throw turns
+/// the outcome into that failure), and `abandon` runs if a cancellation claimed it first.
+struct Processed<Value> {
+    let value: Value
+    var commit: (() throws -> Void)?
+    var abandon: (() -> Void)?
+
+    init(value: Value, commit: (() throws -> Void)? = nil, abandon: (() -> Void)? = nil) {
+        self.value = value
+        self.commit = commit
+        self.abandon = abandon
     }
 }
 

@@ -42,29 +42,41 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     }
 
     /// The operation's progress. Downloads and uploads count bytes as they are transferred (the total is the
-    /// expected length, when known); other requests have one unit, completed on success. It stays where it was
-    /// on failure. Cancelling it cancels the operation; add it to a parent `Progress` to compose.
+    /// expected length, when known, else a little more than what has arrived); other requests have one unit. It
+    /// reaches its total only on success, and stays where it was on failure. Cancelling it cancels the
+    /// operation; add it to a parent `Progress` to compose.
     ///
-    /// On Linux, Foundation's `Progress` takes no lock: Requests updates it from one serial queue (the transfer
-    /// session's), and reading it from another thread may see a slightly stale value.
+    /// On Linux, Foundation's `Progress` takes no lock. Requests updates a transfer's progress from the transfer
+    /// session's serial queue, and completes it from the thread that completes the operation; reading it from
+    /// another thread may see a slightly stale value.
     open var progress: Progress {
         withLock {
             if let storedProgress { return storedProgress }
-            let progress = Progress(totalUnitCount: 1)
+            // Discrete: never made a child of whatever progress is current on this thread.
+            let progress = Progress.discreteProgress(totalUnitCount: 1)
             progress.isCancellable = true
             progress.cancellationHandler = { [weak self] in self?.cancel() }
+            if case .success? = storedResult {
+                progress.completedUnitCount = 1
+            }
             storedProgress = progress
             return progress
         }
     }
 
-    /// Sets ``progress`` to `completed` of `total` units (`total` ≤ 0 leaves the total as it is).
+    /// Shows `completed` of `total` units (`total` ≤ 0: unknown). Until the operation succeeds the progress stays
+    /// below its total: Foundation's `Progress` counts a child that reaches its total as done in its parent, and
+    /// counts it again if it moves on (a retry, a body longer than announced). It never moves backwards.
     final func updateProgress(completed: Int64, total: Int64) {
         let progress = self.progress
-        if total > 0, progress.totalUnitCount != total {
-            progress.totalUnitCount = total
+        let newTotal = total > 0 ? max(total, progress.totalUnitCount) : max(progress.totalUnitCount, completed + 1)
+        let shown = min(max(completed, progress.completedUnitCount), newTotal - 1)
+        if progress.totalUnitCount != newTotal {
+            progress.totalUnitCount = newTotal
         }
-        progress.completedUnitCount = completed
+        if progress.completedUnitCount != shown {
+            progress.completedUnitCount = shown
+        }
     }
 
     /// The result, once the operation has one. Set before the completion handler runs and kept after finish.
@@ -158,11 +170,23 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// just before the operation finishes. The default does nothing.
     open func releaseResources() {}
 
+    /// ``complete(with:)``, running `commit` in the same locked step that claims the outcome, so that nothing can
+    /// cancel between the two; a throw from `commit` turns the outcome into that failure. `commit` must be quick
+    /// and must not call back into the operation. Returns whether this call completed the operation.
     @discardableResult
-    private func complete(with outcome: Result<Success, Error>, fromCancel: Bool) -> Bool {
+    final func complete(with outcome: Result<Success, Error>, committing commit: (() throws -> Void)?) -> Bool {
+        complete(with: outcome, fromCancel: false, committing: commit)
+    }
+
+    @discardableResult
+    private func complete(with outcome: Result<Success, Error>, fromCancel: Bool, committing commit: (() throws -> Void)? = nil) -> Bool {
+        var outcome = outcome
         let claimed: Bool = withLock {
             guard !isCompleted else { return false }
             isCompleted = true
+            if case .success = outcome, let commit {
+                do { try commit() } catch { outcome = .failure(error) }
+            }
             return true
         }
         if claimed {

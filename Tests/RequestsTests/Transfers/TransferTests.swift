@@ -236,7 +236,16 @@ final class DownloadTests: XCTestCase {
         let path = "/transfers/\(UUID().uuidString)"
         server.script(path, [LoopbackResponse(status: 503, body: Data(count: 50_000)), LoopbackResponse(body: Data(repeating: 7, count: 70_000))])
         let destination = folder.appendingPathComponent("retried.bin")
-        let (result, _) = run(Download(url: server.url(path), destination: destination, ownRetryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0)))
+        let parent = Progress(totalUnitCount: 1)
+        let queue = OperationQueue()
+        let operation = queue.addRequest(
+            Download(url: server.url(path), destination: destination, ownRetryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0)), session: testSession)
+        parent.addChild(operation.progress, withPendingUnitCount: 1)
+        queue.waitUntilAllOperationsAreFinished()
+        let result = operation.result
+        // The failed attempt's bytes are not counted twice in the parent
+        XCTAssertEqual(parent.completedUnitCount, 1)
+        XCTAssertEqual(parent.fractionCompleted, 1, accuracy: 1e-9)
         XCTAssertEqual(try result?.get(), destination)
         XCTAssertEqual(try Data(contentsOf: destination), Data(repeating: 7, count: 70_000))
         XCTAssertEqual(server.requestCount(path: path), 2)
@@ -334,5 +343,40 @@ final class UploadTests: XCTestCase {
 extension String {
     fileprivate func leftPadded(to length: Int) -> String {
         String(repeating: "0", count: max(0, length - count)) + self
+    }
+}
+
+final class ProgressTests: XCTestCase {
+    func testAProgressReadAfterSuccessIsComplete() {
+        let queue = OperationQueue()
+        let operation = queue.addRequest(GetData(url: TestServer.url("/json")), session: testSession)
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(operation.progress.fractionCompleted, 1)
+    }
+
+    func testAnOperationsProgressIsNeverAdoptedByTheCurrentProgress() {
+        // Given a progress that is current on this thread when the operation's progress is created
+        let current = Progress(totalUnitCount: 1)
+        current.becomeCurrent(withPendingUnitCount: 1)
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let operation = queue.addRequest(GetData(url: TestServer.url("/json")), session: testSession)
+        _ = operation.progress
+        current.resignCurrent()
+        // Then it can still be given to another parent (Foundation traps on a second parent)
+        let parent = Progress(totalUnitCount: 1)
+        parent.addChild(operation.progress, withPendingUnitCount: 1)
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(parent.fractionCompleted, 1, accuracy: 1e-9)
+    }
+
+    func testCancellingABatchsProgressCancelsTheBatch() {
+        let queue = OperationQueue()
+        let batch = queue.addBatch([GetData(url: TestServer.url("/delay/5000")), GetData(url: TestServer.url("/delay/5000"))], session: testSession)
+        batch.progress.cancel()
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(batch.isCancelled)
+        XCTAssertTrue(batch.result?.failure?.isRequestCancellation ?? false)
     }
 }

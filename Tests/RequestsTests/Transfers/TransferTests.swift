@@ -304,6 +304,16 @@ final class UploadTests: XCTestCase {
         XCTAssertEqual(operation.progress.totalUnitCount, 10_000_000)
     }
 
+    func testAnUploadAnswered404OrCutShortFails() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("upload-\(UUID().uuidString).bin")
+        try randomData(1_000_000).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let (notFound, _) = run(Upload(url: server.url("/status/404"), uploadBody: .file(file)))
+        XCTAssertEqual((notFound?.failure as? RequestQueueError)?.statusCode, 404)
+        let (cut, _) = run(Upload(url: server.url("/fault/close-mid-body"), uploadBody: .file(file)))
+        XCTAssertEqual((cut?.failure as? URLError)?.code, .unknown)
+    }
+
     func testAMissingFileFailsBeforeAnythingIsSent() {
         let (path, requests) = recordedRoute()
         let missing = URL(fileURLWithPath: "/nonexistent/\(UUID().uuidString)")

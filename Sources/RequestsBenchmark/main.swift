@@ -55,6 +55,8 @@ struct Options {
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
           --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers
+          --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
+                             every completion runs once and memory stays flat
           --concurrency LIST throughput concurrencies (default 1,16,64)
         """
 
@@ -149,6 +151,16 @@ func fail(_ message: String, code: Int32) -> Never {
 
 if CommandLine.arguments.dropFirst().first == "--transfer-child" {
     runTransferChild(Array(CommandLine.arguments.dropFirst(2)))
+}
+
+if let index = CommandLine.arguments.firstIndex(of: "--soak") {
+    let count = CommandLine.arguments.dropFirst(index + 1).first.flatMap { Int($0) } ?? 100_000
+    guard let server = try? LoopbackServer() else {
+        log("requests-bench: could not start the loopback server")
+        exit(2)
+    }
+    log("soak: \(count) requests…")
+    runSoak(total: count, server: server)
 }
 
 let options: Options

@@ -1,0 +1,135 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+
+// `requests-bench --soak [N]`: N requests (default 100,000) at concurrency 16 against the embedded server, 1 % of
+// them to a server fault and 5 % cancelled at a random moment. Checks that every completion runs exactly once and
+// that the resident size stays flat after warm-up (≤ 10 % growth), and prints the figures.
+
+private struct SoakJSON: Decodable {
+    let name: String
+}
+
+private struct SoakDecodable: DecodableRequest {
+    typealias Success = SoakJSON
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+private struct SoakNoContent: NoContentRequest {
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+private func failure<T>(of result: Result<T, Error>) -> Error? {
+    if case let .failure(error) = result { return error }
+    return nil
+}
+
+/// Completions per request, from any thread.
+private final class SoakLedger: @unchecked Sendable {
+    private let lock = NSLock()
+    private var calls: [UInt8]
+    private(set) var cancelled = 0
+    private(set) var failed = 0
+
+    init(count: Int) { calls = Array(repeating: 0, count: count) }
+
+    func record(_ index: Int, _ error: Error?) {
+        lock.lock()
+        defer { lock.unlock() }
+        calls[index] &+= 1
+        if let error {
+            failed += 1
+            if case .cancelled? = error as? RequestQueueError { cancelled += 1 }
+        }
+    }
+
+    var summary: (twice: Int, never: Int, cancelled: Int, failed: Int) {
+        lock.lock()
+        defer { lock.unlock() }
+        return (calls.filter { $0 > 1 }.count, calls.filter { $0 == 0 }.count, cancelled, failed)
+    }
+}
+
+/// Runs the soak and exits: 0 when every completion ran once and memory stayed flat.
+func runSoak(total: Int, server: LoopbackServer) -> Never {
+    let configuration = URLSessionConfiguration.ephemeral
+    configuration.urlCache = nil
+    configuration.httpMaximumConnectionsPerHost = 16
+    let session = URLSession(configuration: configuration)
+    let queue = OperationQueue()
+    queue.maxConcurrentOperationCount = 16
+    let ledger = SoakLedger(count: total)
+    let faults = ["/fault/reset-before-headers", "/fault/close-mid-body", "/status/500", "/fault/invalid-chunked", "/fault/reset-mid-body"]
+    var generator = SystemRandomNumberGenerator()
+    let window = 2_000
+    let warmUp = max(window, total / 10)
+    var residentAfterWarmUp: Int?
+    var residentPeak = 0
+    let start = ResourceUsage.now()
+    var faultCount = 0
+
+    for windowStart in stride(from: 0, to: total, by: window) {
+        var operations: [(Int, Operation)] = []
+        for index in windowStart..<min(total, windowStart + window) {
+            let isFault = index % 100 == 50
+            if isFault { faultCount += 1 }
+            let path = isFault ? faults[(index / 100) % faults.count] : nil
+            let operation: Operation
+            switch index % 3 {
+            case 0:
+                let url = server.url(path ?? "/json?i=\(index)")
+                operation = queue.addRequest(SoakDecodable(url: url), session: session) { ledger.record(index, failure(of: $0)) }
+            case 1:
+                let url = server.url(path ?? "/bytes/512?i=\(index)")
+                operation = queue.addRequest(RawBytesRequest(url: url, identifier: url.absoluteString), session: session) { ledger.record(index, failure(of: $0)) }
+            default:
+                let url = server.url(path ?? "/status/204?i=\(index)")
+                operation = queue.addRequest(SoakNoContent(url: url), session: session) { ledger.record(index, failure(of: $0)) }
+            }
+            operations.append((index, operation))
+        }
+        for (_, operation) in operations where Int.random(in: 0..<100, using: &generator) < 5 {
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int.random(in: 0...200, using: &generator))) {
+                operation.cancel()
+            }
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        let resident = ResourceUsage.residentBytes() ?? 0
+        if windowStart + window >= warmUp, residentAfterWarmUp == nil {
+            ResourceUsage.trimHeap()
+            residentAfterWarmUp = ResourceUsage.residentBytes()
+        } else if residentAfterWarmUp != nil {
+            residentPeak = max(residentPeak, resident)
+        }
+        if (windowStart / window) % 10 == 9 {
+            log("  \(windowStart + window) requests, resident \(resident / 1_048_576) MiB")
+        }
+    }
+    Thread.sleep(forTimeInterval: 0.5) // cancellations scheduled past the last window
+    ResourceUsage.trimHeap()
+    let residentAtEnd = ResourceUsage.residentBytes() ?? 0
+    let seconds = ResourceUsage.now() - start
+    let summary = ledger.summary
+    let base = Double(residentAfterWarmUp ?? 1)
+    let growth = (Double(residentAtEnd) - base) / base * 100
+    let flat = growth <= 10
+    print("""
+    soak: \(grouped(Double(total))) requests at concurrency 16 in \(fixed(seconds, 1)) s (\(grouped(Double(total) / seconds)) req/s)
+      server faults: \(grouped(Double(faultCount))); cancelled: \(grouped(Double(summary.cancelled))); failed in all: \(grouped(Double(summary.failed)))
+      completions: called twice \(summary.twice), never called \(summary.never)
+      resident: \(fixed(base / 1_048_576, 1)) MiB after warm-up (\(grouped(Double(warmUp))) requests), \(fixed(Double(residentAtEnd) / 1_048_576, 1)) MiB at the end (\(signed(growth, 1)) %), peak between windows \(fixed(Double(residentPeak) / 1_048_576, 1)) MiB
+      \(summary.twice == 0 && summary.never == 0 && flat ? "PASS: every completion once, memory flat (≤ 10 % growth)" : "FAIL")
+    """)
+    exit(summary.twice == 0 && summary.never == 0 && flat ? 0 : 1)
+}

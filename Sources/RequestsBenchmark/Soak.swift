@@ -73,6 +73,11 @@ func runSoak(total: Int, server: LoopbackServer) -> Never {
     let faults = ["/fault/reset-before-headers", "/fault/close-mid-body", "/status/500", "/fault/invalid-chunked", "/fault/reset-mid-body"]
     var generator = SystemRandomNumberGenerator()
     let window = 2_000
+    // For finding where memory goes: SOAK_FAULTS=0 and SOAK_CANCEL=0 turn the faults and the cancellations off;
+    // SOAK_RAW=1 sends plain URLSession data tasks instead (to SOAK_RAW_BASE, for example nginx, if given).
+    let environment = ProcessInfo.processInfo.environment
+    let faultsOn = environment["SOAK_FAULTS"] != "0"
+    let cancelPercent = environment["SOAK_CANCEL"] == "0" ? 0 : 5
     let warmUp = max(window, total / 10)
     var residentAfterWarmUp: Int?
     var residentPeak = 0
@@ -80,9 +85,30 @@ func runSoak(total: Int, server: LoopbackServer) -> Never {
     var faultCount = 0
 
     for windowStart in stride(from: 0, to: total, by: window) {
+        if environment["SOAK_RAW"] == "1" {
+            // Raw URLSession, same server and counts: the baseline for memory growth.
+            let group = DispatchGroup()
+            let slots = DispatchSemaphore(value: 16)
+            for index in windowStart..<min(total, windowStart + window) {
+                slots.wait()
+                group.enter()
+                let base = environment["SOAK_RAW_BASE"].flatMap(URL.init(string:)) ?? server.baseURL
+                session.dataTask(with: URL(string: base.absoluteString + "/json?i=\(index)") ?? base) { _, _, error in
+                    ledger.record(index, error)
+                    slots.signal()
+                    group.leave()
+                }.resume()
+            }
+            group.wait()
+            if windowStart + window >= warmUp, residentAfterWarmUp == nil {
+                ResourceUsage.trimHeap()
+                residentAfterWarmUp = ResourceUsage.residentBytes()
+            }
+            continue
+        }
         var operations: [(Int, Operation)] = []
         for index in windowStart..<min(total, windowStart + window) {
-            let isFault = index % 100 == 50
+            let isFault = faultsOn && index % 100 == 50
             if isFault { faultCount += 1 }
             let path = isFault ? faults[(index / 100) % faults.count] : nil
             let operation: Operation
@@ -99,7 +125,7 @@ func runSoak(total: Int, server: LoopbackServer) -> Never {
             }
             operations.append((index, operation))
         }
-        for (_, operation) in operations where Int.random(in: 0..<100, using: &generator) < 5 {
+        for (_, operation) in operations where Int.random(in: 0..<100, using: &generator) < cancelPercent {
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int.random(in: 0...200, using: &generator))) {
                 operation.cancel()
             }

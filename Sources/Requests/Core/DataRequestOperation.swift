@@ -84,16 +84,29 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         startAttempt()
     }
 
-    /// Cancels the data task, or the wait before the next attempt.
-    ///
-    /// `URLSessionTask.cancel()` waits for the session's internal queue (about a millisecond on Linux), so it
-    /// runs on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl,
-    /// and the queue would start (and send) the requests it had not reached yet.
+    /// Cancels the task, or the wait before the next attempt. The operation completes at once either way.
     public final override func cancelWork() {
         let (task, backoff): (URLSessionTask?, DispatchWorkItem?) = withLock { (lazyRun?.task, lazyRun?.backoff) }
         backoff?.cancel()
         if let task {
-            DispatchQueue.global().async { task.cancel() }
+            Self.cancelSoon(task)
+        }
+    }
+
+    /// Cancels `task` a moment later, unless it has completed by then.
+    ///
+    /// `URLSessionTask.cancel()` waits for the session's internal queue (about a millisecond on Linux), so it runs
+    /// on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl, and the queue
+    /// would start (and send) the requests it had not reached yet. And on Linux, cancelling a task while it
+    /// fails or finishes crashes Foundation (`TaskRegistry.swift:118`, "a behaviour for a task that is not in the
+    /// registry"; 2 of 2 soak runs of 100,000 requests with 5 % cancellations and 1 % server faults crashed before
+    /// this wait). A task in that state completes within milliseconds, so waiting 50 ms and skipping a task that
+    /// has completed leaves the race only to tasks that begin to fail in the instant of the cancellation.
+    static func cancelSoon(_ task: URLSessionTask) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
+            if task.state == .running || task.state == .suspended {
+                task.cancel()
+            }
         }
     }
 
@@ -231,7 +244,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         }
         task.resume()
         if hasCompleted {
-            task.cancel()
+            Self.cancelSoon(task)
         }
     }
 

@@ -249,11 +249,20 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 
     /// The task for one attempt, which reports to `receiver`. The default is a data task on ``session``; a
-    /// request that must ignore the local cache has its cached entry removed first. Transfers override it.
+    /// request that must ignore the local cache has its cached entry removed first. A request that carries
+    /// credentials (`Authorization`, `Proxy-Authorization`, `Cookie`) runs on the ``TransferSession`` derived from
+    /// ``session`` instead, whose delegate keeps them from a redirect to another host (URLSession on Linux forwards
+    /// them). Transfers override it.
     func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
         if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
             // URLSession on Linux serves a cached entry whatever the policy says.
             session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
+        }
+        if ["Authorization", "Proxy-Authorization", "Cookie"].contains(where: { urlRequest.value(forHTTPHeaderField: $0) != nil }) {
+            let (transferSession, delegate) = TransferSession.session(for: session)
+            let task = transferSession.dataTask(with: urlRequest)
+            delegate.register(CollectingTransfer(receiver: receiver, length: -1), for: task)
+            return task
         }
         return session.dataTask(with: urlRequest) { data, response, error in
             receiver.receive(body: .data(data ?? Data()), response: response, error: error)

@@ -7,13 +7,18 @@ import Foundation
 /// session-delegate callbacks, and only for tasks created without a completion handler, so a transfer cannot
 /// run on the caller's session as it is: it runs on a session Requests creates once per caller session, with that
 /// session's configuration (headers, timeouts, cookies, cache, protocol classes) but this delegate. The caller
-/// session's own delegate is not called for transfers.
+/// session's delegate still answers authentication challenges; its other callbacks are not called. Requests that
+/// carry credentials run here too, so that a redirect to another origin does not receive them.
 final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
     private struct Entry {
         weak var base: URLSession?
         let session: URLSession
         let delegate: TransferSession
     }
+
+    /// The caller's session, whose delegate still answers authentication challenges (for example certificate
+    /// pinning) for the tasks that run here.
+    private weak var base: URLSession?
 
     private static let sessionsLock = NSLock()
     nonisolated(unsafe) private static var sessions: [ObjectIdentifier: Entry] = [:]
@@ -27,6 +32,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         }
         sessions = sessions.filter { $0.value.base != nil }
         let delegate = TransferSession()
+        delegate.base = base
         let queue = OperationQueue()
         queue.name = "Requests.transfers"
         queue.maxConcurrentOperationCount = 1
@@ -75,6 +81,49 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 
     func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
         handler(for: downloadTask)?.didFinishDownloading(to: location)
+    }
+
+    /// A redirect to another origin (scheme, host or port) drops `Authorization`, `Proxy-Authorization` and
+    /// `Cookie`: URLSession on Linux would send them to the new host.
+    func urlSession(
+        _ session: URLSession,
+        task: URLSessionTask,
+        willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest,
+        completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(Self.redirect(request, from: task.currentRequest?.url ?? response.url))
+    }
+
+    static func redirect(_ request: URLRequest, from previous: URL?) -> URLRequest {
+        func origin(_ url: URL?) -> String? {
+            guard let url, let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
+            return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
+        }
+        guard origin(request.url) != origin(previous) || origin(previous) == nil else { return request }
+        var request = request
+        for field in ["Authorization", "Proxy-Authorization", "Cookie"] {
+            request.setValue(nil, forHTTPHeaderField: field)
+        }
+        return request
+    }
+
+    func urlSession(
+        _ session: URLSession,
+        task: URLSessionTask,
+        didReceive challenge: URLAuthenticationChallenge,
+        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+    ) {
+        guard let base, let delegate = base.delegate as? URLSessionTaskDelegate else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        #if canImport(FoundationNetworking)
+        delegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+        #else
+        delegate.urlSession?(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+            ?? completionHandler(.performDefaultHandling, nil)
+        #endif
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {

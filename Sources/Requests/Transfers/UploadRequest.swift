@@ -89,13 +89,14 @@ public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperatio
                 task = transferSession.dataTask(with: urlRequest)
             }
         }
-        delegate.register(UploadTransfer(receiver: receiver, length: length), for: task)
+        delegate.register(CollectingTransfer(receiver: receiver, length: length), for: task)
         return task
     }
 }
 
-/// The callbacks of one upload task: progress as bytes are sent, and the response body as it arrives.
-final class UploadTransfer: TransferHandler, @unchecked Sendable {
+/// The callbacks of a task whose response body is collected in memory: an upload's (with progress as bytes are
+/// sent), or a request's that carries credentials.
+final class CollectingTransfer: TransferHandler, @unchecked Sendable {
     private weak var receiver: (any AttemptReceiver)?
     /// The body's length when URLSession does not know it (a stream).
     private let length: Int64

@@ -106,22 +106,29 @@ final class FaultMatrixTests: XCTestCase {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("faults-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: folder) }
         weak var weakOperation: Operation?
+        weak var weakClosureState: Sentinel?
         do {
+            // Captured by the completion closure: gone once the operation has let go of the closure.
+            let sentinel = Sentinel()
+            weakClosureState = sentinel
+            let record: @Sendable (Result<Void, Error>) -> Void = { result in
+                withExtendedLifetime(sentinel) { results.append(result) }
+            }
             let operation: Operation
             switch kind {
             case .data:
-                operation = queue.addRequest(GetData(url: url), session: Self.session) { results.append($0.map { _ in }) }
+                operation = queue.addRequest(GetData(url: url), session: Self.session) { record($0.map { _ in }) }
             case .decodable:
-                operation = queue.addRequest(GetDecodable<ServedRecipe>(url: url), session: Self.session) { results.append($0.map { _ in }) }
+                operation = queue.addRequest(GetDecodable<ServedRecipe>(url: url), session: Self.session) { record($0.map { _ in }) }
             case .noContent:
-                operation = queue.addRequest(SendNoContent(url: url), session: Self.session) { results.append($0.map { _ in }) }
+                operation = queue.addRequest(SendNoContent(url: url), session: Self.session) { record($0.map { _ in }) }
             case .download:
                 operation = queue.addRequest(Download(url: url, destination: folder.appendingPathComponent("f")), session: Self.session) {
-                    results.append($0.map { _ in })
+                    record($0.map { _ in })
                 }
             case .upload:
                 operation = queue.addRequest(Upload(url: url, uploadBody: .data(Data(count: 10_000))), session: Self.session) {
-                    results.append($0.map { _ in })
+                    record($0.map { _ in })
                 }
             }
             weakOperation = operation
@@ -130,6 +137,7 @@ final class FaultMatrixTests: XCTestCase {
         }
         XCTAssertEqual(results.count, 1, "\(fault.rawValue) × \(kind.rawValue): exactly one completion")
         waitUntil("\(fault.rawValue) × \(kind.rawValue): the operation is released") { weakOperation == nil }
+        waitUntil("\(fault.rawValue) × \(kind.rawValue): the completion closure is released") { weakClosureState == nil }
         waitUntil("\(fault.rawValue) × \(kind.rawValue): no temporary file is left") { transferLeftovers().subtracting(before).isEmpty }
         let outcome = results.values.first
         switch (outcome, expectation(fault, kind)) {
@@ -167,3 +175,6 @@ final class FaultMatrixTests: XCTestCase {
         print("fault matrix:\n| Fault | " + Kind.allCases.map(\.rawValue).joined(separator: " | ") + " |\n" + table.joined(separator: "\n"))
     }
 }
+
+/// An object whose release shows that whatever held it has been released.
+final class Sentinel: @unchecked Sendable {}

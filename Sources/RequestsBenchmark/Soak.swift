@@ -5,8 +5,8 @@ import Foundation
 import Requests
 import RequestsTestServer
 
-// `requests-bench --soak [N]`: N requests (default 100,000) at concurrency 16 against the embedded server, 1 % of
-// them to a server fault and 5 % cancelled at a random moment. Checks that every completion runs exactly once and
+// `requests-bench --soak [N]`: N requests (default 100,000; a third with credentials, so on the delegate session)
+// at concurrency 16 against the embedded server, 1 % of them to a server fault and 5 % cancelled at a random moment. Checks that every completion runs exactly once and
 // that the resident size stays flat after warm-up (≤ 10 % growth), and prints the figures.
 
 private struct SoakJSON: Decodable {
@@ -20,6 +20,20 @@ private struct SoakDecodable: DecodableRequest {
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: url)))
     }
+}
+
+/// The raw body, sent with credentials, so that it runs on the delegate session.
+private struct SoakAuthorized: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.setValue("Bearer soak", forHTTPHeaderField: "Authorization")
+        completion(.success(request))
+    }
+    func processData(_ data: Data) throws -> Data { data }
 }
 
 private struct SoakNoContent: NoContentRequest {
@@ -118,7 +132,7 @@ func runSoak(total: Int, server: LoopbackServer) -> Never {
                 operation = queue.addRequest(SoakDecodable(url: url), session: session) { ledger.record(index, failure(of: $0)) }
             case 1:
                 let url = server.url(path ?? "/bytes/512?i=\(index)")
-                operation = queue.addRequest(RawBytesRequest(url: url, identifier: url.absoluteString), session: session) { ledger.record(index, failure(of: $0)) }
+                operation = queue.addRequest(SoakAuthorized(url: url), session: session) { ledger.record(index, failure(of: $0)) }
             default:
                 let url = server.url(path ?? "/status/204?i=\(index)")
                 operation = queue.addRequest(SoakNoContent(url: url), session: session) { ledger.record(index, failure(of: $0)) }

@@ -95,12 +95,20 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             value: destination,
             commit: {
                 do {
-                    guard replace || !fileManager.fileExists(atPath: destination.path) else {
-                        throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
-                    }
-                    // rename(2) replaces an existing file atomically.
-                    guard rename(sibling.path, destination.path) == 0 else {
-                        throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                    if replace {
+                        // rename(2) replaces an existing file atomically.
+                        guard rename(sibling.path, destination.path) == 0 else {
+                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                        }
+                    } else {
+                        // link(2) fails if the destination exists, atomically, so two downloads cannot both win.
+                        guard link(sibling.path, destination.path) == 0 else {
+                            if errno == EEXIST {
+                                throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
+                            }
+                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                        }
+                        unlink(sibling.path)
                     }
                 } catch {
                     unlink(sibling.path)

@@ -33,9 +33,16 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         sessions = sessions.filter { $0.value.base != nil }
         let delegate = TransferSession()
         delegate.base = base
-        let queue = OperationQueue()
-        queue.name = "Requests.transfers"
-        queue.maxConcurrentOperationCount = 1
+        // The caller's delegate queue, so that completions without a completion queue run where the caller's own
+        // requests do; but a serial one, because each transfer's state lives on it.
+        let queue: OperationQueue
+        if base.delegateQueue.maxConcurrentOperationCount == 1 {
+            queue = base.delegateQueue
+        } else {
+            queue = OperationQueue()
+            queue.name = "Requests.transfers"
+            queue.maxConcurrentOperationCount = 1
+        }
         let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: queue)
         sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
         return (session, delegate)

@@ -52,6 +52,18 @@ final class RedirectCredentialTests: XCTestCase {
         XCTAssertEqual(received.values.first?.headers["authorization"], "Bearer SECRET")
     }
 
+    func testACredentialedRequestStillCompletesOnTheSessionsDelegateQueue() {
+        var request = URLRequest(url: TestServer.url("/json"))
+        request.setValue("Bearer SECRET", forHTTPHeaderField: "Authorization")
+        let queue = OperationQueue()
+        let completedOnDelegateQueue = Recorder<Bool>()
+        queue.addRequest(PrebuiltRequest(urlRequest: request), session: testSession) { _ in
+            completedOnDelegateQueue.append(OperationQueue.current === testSession.delegateQueue)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(completedOnDelegateQueue.values, [true])
+    }
+
     func testATokenFromTheAuthenticatorIsNotForwardedEither() throws {
         let (url, received, other) = try redirect(toHost: "localhost")
         defer { other.stop() }

@@ -6,8 +6,8 @@ import Requests
 import RequestsTestServer
 import XCTest
 
-/// The CI-sized soak (`requests-bench --soak` runs 100,000): 5,000 requests at concurrency 16, 1 % of them to a
-/// server fault and 5 % cancelled at random moments. Every completion runs exactly once and every operation
+/// The CI-sized soak (`requests-bench --soak` runs 100,000): 5,000 requests at concurrency 16 (a third with
+/// credentials, so on the delegate session), 1 % of them to a server fault and 5 % cancelled at random moments. Every completion runs exactly once and every operation
 /// finishes; CI runs it under ThreadSanitizer too. Memory is measured by the benchmark, not asserted here.
 final class SoakTests: XCTestCase {
     func testFiveThousandRequestsWithFaultsAndCancellations() {
@@ -30,7 +30,10 @@ final class SoakTests: XCTestCase {
             case 0:
                 operations.append(queue.addRequest(GetDecodable<ServedRecipe>(url: server.url(fault ?? "/json?i=\(index)")), session: testSession) { record($0.failure) })
             case 1:
-                operations.append(queue.addRequest(GetData(url: server.url(fault ?? "/bytes/512?i=\(index)")), session: testSession) { record($0.failure) })
+                // With credentials, so that the delegate-session path is soaked too.
+                var request = URLRequest(url: server.url(fault ?? "/bytes/512?i=\(index)"))
+                request.setValue("Bearer soak", forHTTPHeaderField: "Authorization")
+                operations.append(queue.addRequest(PrebuiltRequest(urlRequest: request), session: testSession) { record($0.failure) })
             default:
                 operations.append(queue.addRequest(SendNoContent(url: server.url(fault ?? "/status/204?i=\(index)")), session: testSession) { record($0.failure) })
             }

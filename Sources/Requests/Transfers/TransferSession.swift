@@ -68,16 +68,6 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         handler(for: task)?.didSend(total: totalBytesSent, expected: totalBytesExpectedToSend)
     }
 
-    func urlSession(
-        _ session: URLSession,
-        dataTask: URLSessionDataTask,
-        didReceive response: URLResponse,
-        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
-    ) {
-        handler(for: dataTask)?.didReceive(response: response)
-        completionHandler(.allow)
-    }
-
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         handler(for: dataTask)?.didReceive(data)
     }
@@ -140,7 +130,6 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 
 /// One transfer's callbacks, all on the transfer session's serial delegate queue.
 protocol TransferHandler: AnyObject, Sendable {
-    func didReceive(response: URLResponse)
     func didSend(total: Int64, expected: Int64)
     func didReceive(_ data: Data)
     func didWrite(total: Int64, expected: Int64)
@@ -149,7 +138,6 @@ protocol TransferHandler: AnyObject, Sendable {
 }
 
 extension TransferHandler {
-    func didReceive(response: URLResponse) {}
     func didSend(total: Int64, expected: Int64) {}
     func didReceive(_ data: Data) {}
     func didWrite(total: Int64, expected: Int64) {}

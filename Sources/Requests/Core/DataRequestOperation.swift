@@ -153,8 +153,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Runs the adapters from `index` on, one after the other, then authorizes.
     private func adapt(_ urlRequest: URLRequest, from index: Int) {
-        guard let adapters = ifNotCompleted({ policies.adapters }) else { return }
-        guard index < adapters.count, let step = ifNotCompleted(beginStep) else {
+        let state = ifNotCompleted { () -> ([RequestAdapter], Int?) in
+            let adapters = policies.adapters
+            return (adapters, index < adapters.count ? beginStep() : nil)
+        }
+        guard let (adapters, step) = state else { return }
+        guard let step else {
             authorize(urlRequest)
             return
         }
@@ -282,6 +286,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).
     func transferred(completed: Int64, expected: Int64) {
+        // A cancelled task goes on for a moment (see `cancelSoon`); its bytes no longer count.
+        guard !hasCompleted else { return }
         updateProgress(completed: completed, total: expected)
     }
 

@@ -58,6 +58,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         withLock { lazyRun?.task }
     }
 
+    /// Hands each task the operation creates to `observer`, so that tests can check that tasks are released.
+    /// Set it before the operation starts.
+    func observeTasks(_ observer: @escaping @Sendable (URLSessionTask) -> Void) {
+        withLock { run.taskObserver = observer }
+    }
+
     override final func adopt(_ queuePolicies: PolicyBox) {
         // The request's properties are user code: read outside the lock.
         guard let request = withLock({ request }) else { return }
@@ -233,6 +239,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             complete(with: .failure(error))
             return
         }
+        withLock { lazyRun?.taskObserver }?(task)
         // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
         // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
         // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
@@ -477,6 +484,7 @@ private final class Run {
     var awaitedStep: Int?
     var stepCount = 0
     var task: URLSessionTask?
+    var taskObserver: (@Sendable (URLSessionTask) -> Void)?
     /// The wait before the next attempt.
     var backoff: DispatchWorkItem?
     /// What the current attempt sent, with which credential, and when.

@@ -2,12 +2,13 @@
 import FoundationNetworking
 #endif
 import Foundation
-import Requests
+@testable import Requests
 import RequestsTestServer
 import XCTest
 
 /// Every fault of the matrix against every request kind: a typed error (the table in docs/faults.md), one
-/// completion, a finished operation, no temporary file left, and nothing kept alive.
+/// completion, a finished operation, no temporary file left, and nothing kept alive: the operation, the request,
+/// the completion closure and every `URLSessionTask` the operation created are released.
 final class FaultMatrixTests: XCTestCase {
     private let server = TestServer.shared
 
@@ -107,47 +108,73 @@ final class FaultMatrixTests: XCTestCase {
         defer { try? FileManager.default.removeItem(at: folder) }
         weak var weakOperation: Operation?
         weak var weakClosureState: Sentinel?
+        weak var weakRequestState: Sentinel?
+        let tasks = Recorder<WeakTask>()
+        let observeTasks: @Sendable (URLSessionTask) -> Void = { tasks.append(WeakTask($0)) }
+        let cell = "\(fault.rawValue) × \(kind.rawValue)"
         do {
-            // Captured by the completion closure: gone once the operation has let go of the closure.
-            let sentinel = Sentinel()
-            weakClosureState = sentinel
-            let record: @Sendable (Result<Void, Error>) -> Void = { result in
-                withExtendedLifetime(sentinel) { results.append(result) }
-            }
-            let operation: Operation
-            switch kind {
-            case .data:
-                operation = queue.addRequest(GetData(url: url), session: Self.session) { record($0.map { _ in }) }
-            case .decodable:
-                operation = queue.addRequest(GetDecodable<ServedRecipe>(url: url), session: Self.session) { record($0.map { _ in }) }
-            case .noContent:
-                operation = queue.addRequest(SendNoContent(url: url), session: Self.session) { record($0.map { _ in }) }
-            case .download:
-                operation = queue.addRequest(Download(url: url, destination: folder.appendingPathComponent("f")), session: Self.session) {
-                    record($0.map { _ in })
+            let operation: Operation = {
+                // Captured by the completion closure: gone once the operation has let go of the closure.
+                let sentinel = Sentinel()
+                weakClosureState = sentinel
+                // Held by the request value: gone once the operation has let go of the request.
+                let tracker = Sentinel()
+                weakRequestState = tracker
+                let record: @Sendable (Result<Void, Error>) -> Void = { result in
+                    withExtendedLifetime(sentinel) { results.append(result) }
                 }
-            case .upload:
-                operation = queue.addRequest(Upload(url: url, uploadBody: .data(Data(count: 10_000))), session: Self.session) {
-                    record($0.map { _ in })
+                // Suspended until the task observer is in place.
+                queue.isSuspended = true
+                defer { queue.isSuspended = false }
+                switch kind {
+                case .data:
+                    let operation = queue.addRequest(GetData(url: url, tracker: tracker), session: Self.session) { record($0.map { _ in }) }
+                    (operation as? DataRequestOperation<GetData>)?.observeTasks(observeTasks)
+                    return operation
+                case .decodable:
+                    let request = GetDecodable<ServedRecipe>(url: url, tracker: tracker)
+                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
+                    (operation as? DecodableRequestOperation<GetDecodable<ServedRecipe>>)?.observeTasks(observeTasks)
+                    return operation
+                case .noContent:
+                    let request = SendNoContent(url: url, tracker: tracker)
+                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
+                    (operation as? NoContentRequestOperation<SendNoContent>)?.observeTasks(observeTasks)
+                    return operation
+                case .download:
+                    let request = Download(url: url, destination: folder.appendingPathComponent("f"), tracker: tracker)
+                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
+                    (operation as? DownloadRequestOperation<Download>)?.observeTasks(observeTasks)
+                    return operation
+                case .upload:
+                    let request = Upload(url: url, uploadBody: .data(Data(count: 10_000)), tracker: tracker)
+                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
+                    (operation as? UploadRequestOperation<Upload>)?.observeTasks(observeTasks)
+                    return operation
                 }
-            }
+            }()
             weakOperation = operation
             queue.waitUntilAllOperationsAreFinished()
-            XCTAssertTrue(operation.isFinished, "\(fault.rawValue) × \(kind.rawValue): finished")
+            XCTAssertTrue(operation.isFinished, "\(cell): finished")
+            XCTAssertEqual(results.count, 1, "\(cell): exactly one completion")
+            // Every cell reaches the network, so each created at least one task (a failed cast would show here).
+            XCTAssertGreaterThanOrEqual(tasks.count, 1, "\(cell): tasks observed")
+            // Still holding the finished operation, as app code that made other operations depend on it does.
+            waitUntil("\(cell): the request is released") { weakRequestState == nil }
+            waitUntil("\(cell): the completion closure is released") { weakClosureState == nil }
+            waitUntil("\(cell): every task is released") { tasks.values.allSatisfy { $0.task == nil } }
         }
-        XCTAssertEqual(results.count, 1, "\(fault.rawValue) × \(kind.rawValue): exactly one completion")
-        waitUntil("\(fault.rawValue) × \(kind.rawValue): the operation is released") { weakOperation == nil }
-        waitUntil("\(fault.rawValue) × \(kind.rawValue): the completion closure is released") { weakClosureState == nil }
-        waitUntil("\(fault.rawValue) × \(kind.rawValue): no temporary file is left") { transferLeftovers().subtracting(before).isEmpty }
+        waitUntil("\(cell): the operation is released") { weakOperation == nil }
+        waitUntil("\(cell): no temporary file is left") { transferLeftovers().subtracting(before).isEmpty }
         let outcome = results.values.first
         switch (outcome, expectation(fault, kind)) {
         case let (.failure(error)?, isExpected?):
-            XCTAssertTrue(isExpected(error), "\(fault.rawValue) × \(kind.rawValue): unexpected \(error)")
+            XCTAssertTrue(isExpected(error), "\(cell): unexpected \(error)")
             return Self.describe(error)
         case (.success?, nil):
             return "success"
         case let (outcome, expected):
-            XCTFail("\(fault.rawValue) × \(kind.rawValue): \(String(describing: outcome)), expected \(expected == nil ? "success" : "a failure")")
+            XCTFail("\(cell): \(String(describing: outcome)), expected \(expected == nil ? "success" : "a failure")")
             return "unexpected"
         }
     }
@@ -176,5 +203,8 @@ final class FaultMatrixTests: XCTestCase {
     }
 }
 
-/// An object whose release shows that whatever held it has been released.
-final class Sentinel: @unchecked Sendable {}
+/// A task held weakly.
+private final class WeakTask: @unchecked Sendable {
+    weak var task: URLSessionTask?
+    init(_ task: URLSessionTask) { self.task = task }
+}

@@ -46,6 +46,8 @@ struct GetDecodable<Success: Decodable>: DecodableRequest {
     typealias Failure = Error
     var identifier: String { url.absoluteString }
     let url: URL
+    /// Released with the request, for lifetime checks.
+    var tracker: Sentinel?
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: url)))
     }
@@ -58,6 +60,8 @@ struct GetData: DataRequest {
     var identifier: String { url.absoluteString }
     let url: URL
     var method = "GET"
+    /// Released with the request, for lifetime checks.
+    var tracker: Sentinel?
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         var request = URLRequest(url: url)
         request.httpMethod = method
@@ -72,6 +76,8 @@ struct SendNoContent: NoContentRequest {
     var identifier: String { url.absoluteString }
     let url: URL
     var shouldEnforceNoContent = true
+    /// Released with the request, for lifetime checks.
+    var tracker: Sentinel?
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: url)))
     }
@@ -156,3 +162,6 @@ extension XCTestCase {
         }
     }
 }
+
+/// An object whose release shows that whatever held it has been released.
+final class Sentinel: @unchecked Sendable {}

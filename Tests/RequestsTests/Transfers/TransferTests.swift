@@ -12,6 +12,8 @@ struct Download: DownloadRequest {
     var destination: URL?
     var downloadOptions: DownloadOptions = .createIntermediateDirectories
     var ownRetryPolicy: RetryPolicy?
+    /// Released with the request, for lifetime checks.
+    var tracker: Sentinel?
     var identifier: String { url.absoluteString }
     var retryPolicy: RetryPolicy? { ownRetryPolicy }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
@@ -24,6 +26,8 @@ struct Upload: UploadRequest {
     typealias Success = Data
     let url: URL
     let uploadBody: UploadBody
+    /// Released with the request, for lifetime checks.
+    var tracker: Sentinel?
     var identifier: String { url.absoluteString }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         var request = URLRequest(url: url)

@@ -57,6 +57,8 @@ struct Options {
           --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
                              every completion runs once and memory stays flat
+          --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
+                             only the client's memory is measured
           --concurrency LIST throughput concurrencies (default 1,16,64)
         """
 
@@ -153,11 +155,25 @@ if CommandLine.arguments.dropFirst().first == "--transfer-child" {
     runTransferChild(Array(CommandLine.arguments.dropFirst(2)))
 }
 
+if CommandLine.arguments.dropFirst().first == "--serve" {
+    // For a soak in another process: prints the base URL, then serves until standard input closes.
+    guard let server = try? LoopbackServer() else { fail("could not start the loopback server", code: 2) }
+    FileHandle.standardOutput.write(Data((server.baseURL.absoluteString + "\n").utf8))
+    _ = FileHandle.standardInput.readDataToEndOfFile()
+    exit(0)
+}
+
 if let index = CommandLine.arguments.firstIndex(of: "--soak") {
     let count = CommandLine.arguments.dropFirst(index + 1).first.flatMap { Int($0) } ?? 100_000
-    guard let server = try? LoopbackServer() else {
-        log("requests-bench: could not start the loopback server")
-        exit(2)
+    let server: SoakServer
+    if CommandLine.arguments.contains("--server-process") {
+        guard let child = SoakServer.startProcess(executable: CommandLine.arguments[0]) else {
+            fail("could not start the server process", code: 2)
+        }
+        server = child
+    } else {
+        guard let embedded = try? LoopbackServer() else { fail("could not start the loopback server", code: 2) }
+        server = SoakServer(baseURL: embedded.baseURL, embedded: embedded)
     }
     log("soak: \(count) requests…")
     runSoak(total: count, server: server)

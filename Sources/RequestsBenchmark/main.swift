@@ -46,6 +46,8 @@ struct Options {
     static let usage = """
         usage: requests-bench [--smoke] [--write FILE.md] [--server embedded|nginx]
                               [--url http://host:port] [--path /json] [--requests N] [--rounds N]
+                              [--only PARTS] [--concurrency LIST]
+               requests-bench --soak [N] [--server-process]
 
           --smoke            tiny counts; exits 0 only if every section produced a number
           --write FILE       also write the results as Markdown to FILE
@@ -110,6 +112,7 @@ struct Options {
                     throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
+            case "--server-process": throw UsageError(description: "--server-process goes with --soak")
             case "-h", "--help":
                 print(usage)
                 exit(0)
@@ -163,19 +166,18 @@ if CommandLine.arguments.dropFirst().first == "--serve" {
     exit(0)
 }
 
-if let index = CommandLine.arguments.firstIndex(of: "--soak") {
-    let count = CommandLine.arguments.dropFirst(index + 1).first.flatMap { Int($0) } ?? 100_000
-    let server: SoakServer
-    if CommandLine.arguments.contains("--server-process") {
-        guard let child = SoakServer.startProcess(executable: CommandLine.arguments[0]) else {
-            fail("could not start the server process", code: 2)
-        }
-        server = child
-    } else {
-        guard let embedded = try? LoopbackServer() else { fail("could not start the loopback server", code: 2) }
-        server = SoakServer(baseURL: embedded.baseURL, embedded: embedded)
+if CommandLine.arguments.contains("--soak") {
+    let soakArguments = CommandLine.arguments.dropFirst().filter { $0 != "--soak" && $0 != "--server-process" }
+    guard soakArguments.count <= 1, let count = soakArguments.first.map({ Int($0) }) ?? 100_000, count >= 1 else {
+        fail("--soak takes a positive number of requests and --server-process, nothing else\n\(Options.usage)", code: 2)
     }
-    log("soak: \(count) requests…")
+    let server: SoakServer
+    do {
+        server = CommandLine.arguments.contains("--server-process") ? try SoakServer.startProcess() : try SoakServer.embedded()
+    } catch {
+        fail("could not start the loopback server: \(error)", code: 2)
+    }
+    log("soak: \(count) requests against \(server.description)…")
     runSoak(total: count, server: server)
 }
 

@@ -79,6 +79,11 @@ public final class LoopbackServer: @unchecked Sendable {
     /// The URL for a path with an optional query, for example `url("/delay/50?x=1")`.
     /// The leading `/` is optional; characters that are not valid in a URL are percent-encoded.
     public func url(_ pathAndQuery: String) -> URL {
+        Self.url(pathAndQuery, on: baseURL)
+    }
+
+    /// `baseURL` followed by `pathAndQuery`, percent-encoded where needed; for a server in another process.
+    public static func url(_ pathAndQuery: String, on baseURL: URL) -> URL {
         let suffix = pathAndQuery.hasPrefix("/") ? pathAndQuery : "/" + pathAndQuery
         let text = baseURL.absoluteString + suffix
         if let url = URL(string: text) { return url }

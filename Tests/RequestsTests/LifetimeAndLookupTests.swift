@@ -34,9 +34,11 @@ final class LifetimeTests: XCTestCase {
         weak var weakOperation: DataRequestOperation<ClassRequest>?
         weak var weakRequest: ClassRequest?
         weak var weakCaptured: Captured?
-        weak var weakTask: URLSessionTask?
+        let tasks = Recorder<Weak<URLSessionTask>>()
         let done = expectation(description: "completion")
         let queue = OperationQueue()
+        // Suspended until the task observer is in place.
+        queue.isSuspended = true
         do {
             let request = ClassRequest(url: server.url(path))
             let captured = Captured()
@@ -46,11 +48,12 @@ final class LifetimeTests: XCTestCase {
                 withExtendedLifetime(captured) {}
                 done.fulfill()
             } as? DataRequestOperation<ClassRequest>
+            operation?.observeTasks { tasks.append(Weak($0)) }
             weakOperation = operation
         }
+        queue.isSuspended = false
         if cancelInFlight {
             waitUntil("the task exists", file: file, line: line) { weakOperation?.currentTask != nil }
-            weakTask = weakOperation?.currentTask
             weakOperation?.cancel()
         }
         wait(for: [done], timeout: 10)
@@ -58,7 +61,8 @@ final class LifetimeTests: XCTestCase {
         waitUntil("the operation is released", file: file, line: line) { weakOperation == nil }
         XCTAssertNil(weakRequest, "request retained", file: file, line: line)
         XCTAssertNil(weakCaptured, "completion handler retained", file: file, line: line)
-        waitUntil("the task is released", file: file, line: line) { weakTask == nil }
+        XCTAssertGreaterThanOrEqual(tasks.count, 1, "tasks observed", file: file, line: line)
+        waitUntil("every task is released", file: file, line: line) { tasks.values.allSatisfy { $0.object == nil } }
     }
 
     func testSuccessfulOperationRetainedOnlyByItsQueueCompletesAndReleasesEverything() {

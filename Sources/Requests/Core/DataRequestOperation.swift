@@ -60,7 +60,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
 
     /// Hands each task the operation creates to `observer`, so that tests can check that tasks are released.
     /// Set it before the operation starts.
-    func observeTasks(_ observer: @escaping @Sendable (URLSessionTask) -> Void) {
+    func observeTasks(_ observer: @escaping TaskObserver) {
         withLock { run.taskObserver = observer }
     }
 
@@ -123,6 +123,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             lazyRun?.backoff = nil
             lazyRun?.sentRequest = nil
             lazyRun?.credential = nil
+            lazyRun?.taskObserver = nil
             policyBox = .none
         }
     }
@@ -223,11 +224,11 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     // MARK: - Sending and receiving
 
     private func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
-        guard let attempt = ifNotCompleted({ () -> RequestAttempt in
+        guard let (attempt, taskObserver) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?) in
             run.sentRequest = urlRequest
             run.credential = credential
             run.attemptsSent += 1
-            return currentAttempt(sending: urlRequest)
+            return (currentAttempt(sending: urlRequest), run.taskObserver)
         }) else { return }
         emit(.willSend(attempt))
 
@@ -239,7 +240,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             complete(with: .failure(error))
             return
         }
-        withLock { lazyRun?.taskObserver }?(task)
+        taskObserver?(task)
         // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
         // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
         // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
@@ -475,6 +476,9 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     }
 }
 
+/// Sees each task a ``DataRequestOperation`` creates (tests only).
+typealias TaskObserver = @Sendable (URLSessionTask) -> Void
+
 /// The state of a running ``DataRequestOperation``, guarded by the operation's lock.
 private final class Run {
     /// The attempt in progress, from 1.
@@ -484,7 +488,7 @@ private final class Run {
     var awaitedStep: Int?
     var stepCount = 0
     var task: URLSessionTask?
-    var taskObserver: (@Sendable (URLSessionTask) -> Void)?
+    var taskObserver: TaskObserver?
     /// The wait before the next attempt.
     var backoff: DispatchWorkItem?
     /// What the current attempt sent, with which credential, and when.

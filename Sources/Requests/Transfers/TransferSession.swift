@@ -111,14 +111,29 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        guard let base, let delegate = base.delegate as? URLSessionTaskDelegate else {
+        guard let base, let delegate = base.delegate else {
             completionHandler(.performDefaultHandling, nil)
             return
         }
         #if canImport(FoundationNetworking)
-        delegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+        // corelibs raises no server-trust or client-certificate challenges; the rest are per task.
+        guard let taskDelegate = delegate as? URLSessionTaskDelegate else {
+            completionHandler(.performDefaultHandling, nil)
+            return
+        }
+        taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
         #else
-        delegate.urlSession?(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+        // As URLSession does: a session-wide challenge goes to the session-level method when the delegate has
+        // one (a pinning delegate often has only that), otherwise to the task-level one.
+        let sessionWide = [
+            NSURLAuthenticationMethodServerTrust, NSURLAuthenticationMethodClientCertificate,
+            NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
+        ].contains(challenge.protectionSpace.authenticationMethod)
+        if sessionWide, delegate.urlSession?(base, didReceive: challenge, completionHandler: completionHandler) != nil {
+            return
+        }
+        (delegate as? URLSessionTaskDelegate)?
+            .urlSession?(base, task: task, didReceive: challenge, completionHandler: completionHandler)
             ?? completionHandler(.performDefaultHandling, nil)
         #endif
     }

@@ -109,8 +109,8 @@ final class FaultMatrixTests: XCTestCase {
         weak var weakOperation: Operation?
         weak var weakClosureState: Sentinel?
         weak var weakRequestState: Sentinel?
-        let tasks = Recorder<WeakTask>()
-        let observeTasks: @Sendable (URLSessionTask) -> Void = { tasks.append(WeakTask($0)) }
+        let tasks = Recorder<Weak<URLSessionTask>>()
+        let observeTasks: @Sendable (URLSessionTask) -> Void = { tasks.append(Weak($0)) }
         let cell = "\(fault.rawValue) × \(kind.rawValue)"
         do {
             let operation: Operation = {
@@ -126,43 +126,32 @@ final class FaultMatrixTests: XCTestCase {
                 // Suspended until the task observer is in place.
                 queue.isSuspended = true
                 defer { queue.isSuspended = false }
+                func add<R: DataRequest>(_ request: R) -> Operation {
+                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }.mapError { $0 as Error }) }
+                    (operation as? DataRequestOperation<R>)?.observeTasks(observeTasks)
+                    return operation
+                }
                 switch kind {
-                case .data:
-                    let operation = queue.addRequest(GetData(url: url, tracker: tracker), session: Self.session) { record($0.map { _ in }) }
-                    (operation as? DataRequestOperation<GetData>)?.observeTasks(observeTasks)
-                    return operation
-                case .decodable:
-                    let request = GetDecodable<ServedRecipe>(url: url, tracker: tracker)
-                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
-                    (operation as? DecodableRequestOperation<GetDecodable<ServedRecipe>>)?.observeTasks(observeTasks)
-                    return operation
-                case .noContent:
-                    let request = SendNoContent(url: url, tracker: tracker)
-                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
-                    (operation as? NoContentRequestOperation<SendNoContent>)?.observeTasks(observeTasks)
-                    return operation
-                case .download:
-                    let request = Download(url: url, destination: folder.appendingPathComponent("f"), tracker: tracker)
-                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
-                    (operation as? DownloadRequestOperation<Download>)?.observeTasks(observeTasks)
-                    return operation
-                case .upload:
-                    let request = Upload(url: url, uploadBody: .data(Data(count: 10_000)), tracker: tracker)
-                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }) }
-                    (operation as? UploadRequestOperation<Upload>)?.observeTasks(observeTasks)
-                    return operation
+                case .data: return add(GetData(url: url, tracker: tracker))
+                case .decodable: return add(GetDecodable<ServedRecipe>(url: url, tracker: tracker))
+                case .noContent: return add(SendNoContent(url: url, tracker: tracker))
+                case .download: return add(Download(url: url, destination: folder.appendingPathComponent("f"), tracker: tracker))
+                case .upload: return add(Upload(url: url, uploadBody: .data(Data(count: 10_000)), tracker: tracker))
                 }
             }()
             weakOperation = operation
             queue.waitUntilAllOperationsAreFinished()
-            XCTAssertTrue(operation.isFinished, "\(cell): finished")
-            XCTAssertEqual(results.count, 1, "\(cell): exactly one completion")
-            // Every cell reaches the network, so each created at least one task (a failed cast would show here).
-            XCTAssertGreaterThanOrEqual(tasks.count, 1, "\(cell): tasks observed")
-            // Still holding the finished operation, as app code that made other operations depend on it does.
-            waitUntil("\(cell): the request is released") { weakRequestState == nil }
-            waitUntil("\(cell): the completion closure is released") { weakClosureState == nil }
-            waitUntil("\(cell): every task is released") { tasks.values.allSatisfy { $0.task == nil } }
+            // Still holding the finished operation, as app code that made other operations depend on it does; an
+            // optimised build could otherwise release it after its last use.
+            withExtendedLifetime(operation) {
+                XCTAssertTrue(operation.isFinished, "\(cell): finished")
+                XCTAssertEqual(results.count, 1, "\(cell): exactly one completion")
+                // Every cell reaches the network, so each created at least one task (a failed cast would show here).
+                XCTAssertGreaterThanOrEqual(tasks.count, 1, "\(cell): tasks observed")
+                waitUntil("\(cell): the request is released") { weakRequestState == nil }
+                waitUntil("\(cell): the completion closure is released") { weakClosureState == nil }
+                waitUntil("\(cell): every task is released") { tasks.values.allSatisfy { $0.object == nil } }
+            }
         }
         waitUntil("\(cell): the operation is released") { weakOperation == nil }
         waitUntil("\(cell): no temporary file is left") { transferLeftovers().subtracting(before).isEmpty }
@@ -201,10 +190,4 @@ final class FaultMatrixTests: XCTestCase {
         }
         print("fault matrix:\n| Fault | " + Kind.allCases.map(\.rawValue).joined(separator: " | ") + " |\n" + table.joined(separator: "\n"))
     }
-}
-
-/// A task held weakly.
-private final class WeakTask: @unchecked Sendable {
-    weak var task: URLSessionTask?
-    init(_ task: URLSessionTask) { self.task = task }
 }

@@ -51,15 +51,9 @@ final class SoakTests: XCTestCase {
         let cancelled = failures.values.filter(\.isRequestCancellation).count
         XCTAssertLessThanOrEqual(failures.count - cancelled, total / 100 + 1, "only the faults fail otherwise")
         // And nothing keeps the operations alive: a sample of 100 is released once the test lets go of them
-        let sample = stride(from: 0, to: total, by: total / 100).map { WeakOperation(operations[$0]) }
+        let sample = stride(from: 0, to: total, by: total / 100).map { Weak(operations[$0]) }
         operations.removeAll()
-        waitUntil("the sampled operations are released") { sample.allSatisfy { $0.operation == nil } }
+        waitUntil("the sampled operations are released") { sample.allSatisfy { $0.object == nil } }
         print("soak (CI): \(total) requests, \(cancelled) cancelled, \(failures.count - cancelled) failed by a server fault")
     }
-}
-
-/// A weak reference, to check that an operation is released.
-private final class WeakOperation {
-    weak var operation: Operation?
-    init(_ operation: Operation) { self.operation = operation }
 }

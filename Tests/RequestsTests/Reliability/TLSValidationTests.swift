@@ -81,12 +81,15 @@ final class TLSValidationTests: XCTestCase {
         XCTAssertGreaterThan(files.count, 20, "found the sources at \(sources.path)")
         // When they are searched for the ways to accept a certificate without the system's validation
         let forbidden = [
-            ".useCredential", "URLCredential(trust", "serverTrust", "SecTrust", "allowsAnyHTTPSCertificate",
+            ".useCredential", "URLCredential(trust", "URLCredential.init(trust", "serverTrust", "SecTrust",
+            "allowsAnyHTTPSCertificate",
             "CURLOPT_SSL_VERIFY", "setAllowsAnyHTTPSCertificate",
         ]
         var found: [String] = []
         for file in files {
-            let text = try String(contentsOf: file, encoding: .utf8)
+            // Code only: a comment may explain what the library does not do.
+            let text = try String(contentsOf: file, encoding: .utf8).split(separator: "\n")
+                .filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
             found += forbidden.filter(text.contains).map { "\(file.lastPathComponent): \($0)" }
         }
         // Then none is used

@@ -165,3 +165,9 @@ extension XCTestCase {
 
 /// An object whose release shows that whatever held it has been released.
 final class Sentinel: @unchecked Sendable {}
+
+/// A weak reference, to check that an object is released.
+final class Weak<Object: AnyObject>: @unchecked Sendable {
+    weak var object: Object?
+    init(_ object: Object) { self.object = object }
+}

@@ -58,7 +58,7 @@ struct Options {
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
           --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
-                             every completion runs once and memory stays flat
+                             every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
                              only the client's memory is measured
           --concurrency LIST throughput concurrencies (default 1,16,64)

@@ -95,7 +95,7 @@ struct SoakServer {
         LoopbackServer.url(pathAndQuery, on: baseURL)
     }
 
-    static func embedded() throws -> SoakServer {
+    static func inProcess() throws -> SoakServer {
         let server = try LoopbackServer()
         return SoakServer(baseURL: server.baseURL, embedded: server)
     }

@@ -173,7 +173,7 @@ if CommandLine.arguments.contains("--soak") {
     }
     let server: SoakServer
     do {
-        server = CommandLine.arguments.contains("--server-process") ? try SoakServer.startProcess() : try SoakServer.embedded()
+        server = CommandLine.arguments.contains("--server-process") ? try SoakServer.startProcess() : try SoakServer.inProcess()
     } catch {
         fail("could not start the loopback server: \(error)", code: 2)
     }

@@ -3,7 +3,7 @@ import PackageDescription
 
 let package = Package(
     name: "Requests",
-    platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
+    platforms: [.macOS(.v12), .iOS(.v15), .tvOS(.v15), .watchOS(.v8)],
     products: [
         .library(name: "Requests", targets: ["Requests"]),
         // For users' own tests: URLProtocol stubs, a stubbed URLSession, and the loopback HTTP server.

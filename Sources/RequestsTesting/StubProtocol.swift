@@ -12,13 +12,19 @@ import Foundation
 /// answer is always delivered synchronously inside `startLoading`. For a delayed one, a timer keeps it as
 /// `pending` and then suspends and resumes the task: Foundation calls `stopLoading` and `startLoading` again
 /// on the work queue, and the second `startLoading` delivers it. A task cancelled meanwhile is not resumed,
-/// so nothing is delivered after its `stopLoading`.
+/// so nothing is delivered after its `stopLoading`. On Apple platforms a delayed answer is delivered on the run loop
+/// of the thread that called `startLoading`, as `URLProtocol` requires.
 final class StubProtocol<Tag>: URLProtocol {
     private let lock = NSLock()
     /// A delayed answer whose time has come, delivered by the next `startLoading`.
     private var pending: StubResponse?
     /// Bumped by every `stopLoading`, so a timer started before it delivers nothing.
     private var stops = 0
+    #if !canImport(FoundationNetworking)
+    /// The run loop of the thread that called `startLoading`, and its mode: where a delayed answer is delivered.
+    private var loadingRunLoop: RunLoop?
+    private var loadingModes: [RunLoop.Mode] = [.default]
+    #endif
 
     override class func canInit(with request: URLRequest) -> Bool { true }
 
@@ -29,6 +35,10 @@ final class StubProtocol<Tag>: URLProtocol {
         let due = pending
         pending = nil
         let stopsNow = stops
+        #if !canImport(FoundationNetworking)
+        loadingRunLoop = RunLoop.current
+        loadingModes = [RunLoop.current.currentMode ?? .default]
+        #endif
         lock.unlock()
         if let due {
             deliver(due)
@@ -66,12 +76,30 @@ final class StubProtocol<Tag>: URLProtocol {
             task?.resume()
         }
         #else
-        // Apple platforms (not tested here): deliver from this thread, holding the lock so stopLoading waits.
+        // Apple platforms (not built here): the client must be called on the thread that called startLoading, so
+        // the answer is handed to that thread's run loop, in the mode it was loading in.
         lock.lock()
-        defer { lock.unlock() }
-        if stops == stopsAtStart { deliver(response) }
+        let runLoop = stops == stopsAtStart ? loadingRunLoop : nil
+        let modes = loadingModes
+        lock.unlock()
+        guard let runLoop else { return }
+        let target = WeakBox(self)
+        runLoop.perform(inModes: modes) {
+            target.value?.deliverOnLoadingThread(response, stopsAtStart: stopsAtStart)
+        }
+        CFRunLoopWakeUp(runLoop.getCFRunLoop())
         #endif
     }
+
+    #if !canImport(FoundationNetworking)
+    /// Runs on the loading thread, where `stopLoading` runs too: delivers unless loading stopped meanwhile.
+    private func deliverOnLoadingThread(_ response: StubResponse, stopsAtStart: Int) {
+        lock.lock()
+        let stillLoading = stops == stopsAtStart
+        lock.unlock()
+        if stillLoading { deliver(response) }
+    }
+    #endif
 
     /// Reports `response` to the client; called inside `startLoading`.
     private func deliver(_ response: StubResponse) {

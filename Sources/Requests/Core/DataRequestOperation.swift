@@ -109,10 +109,18 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// this wait). A task in that state completes within milliseconds, and `cancel()` ignores a completed task, so
     /// waiting 50 ms leaves the race only to tasks that begin to fail in the instant of the cancellation. The cost:
     /// a cancelled task goes on for 50 ms (a short upload may finish meanwhile).
+    /// On Apple platforms the task is cancelled at once (on a global queue still), so that a cancelled request is
+    /// not sent.
     static func cancelSoon(_ task: URLSessionTask) {
+        #if canImport(FoundationNetworking)
         DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
             task.cancel()
         }
+        #else
+        DispatchQueue.global().async {
+            task.cancel()
+        }
+        #endif
     }
 
     /// Drops the request, the task, what was sent and the policies; keeps ``response``.
@@ -265,15 +273,16 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
     /// ``session`` instead, whose delegate keeps them from a redirect to another host (URLSession on Linux forwards
     /// them). Transfers override it.
     func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
+        #if canImport(FoundationNetworking)
         if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
             // URLSession on Linux serves a cached entry whatever the policy says.
             session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
         }
+        #endif
         if ["Authorization", "Proxy-Authorization", "Cookie"].contains(where: { urlRequest.value(forHTTPHeaderField: $0) != nil }) {
-            let (transferSession, delegate) = TransferSession.session(for: session)
-            let task = transferSession.dataTask(with: urlRequest)
-            delegate.register(CollectingTransfer(receiver: receiver, length: -1), for: task)
-            return task
+            return TransferSession.task(on: session, handler: CollectingTransfer(receiver: receiver, length: -1)) {
+                $0.dataTask(with: urlRequest)
+            }
         }
         return session.dataTask(with: urlRequest) { data, response, error in
             receiver.receive(body: .data(data ?? Data()), response: response, error: error)

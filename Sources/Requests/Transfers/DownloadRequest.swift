@@ -58,7 +58,7 @@ extension DownloadRequest {
     }
 }
 
-/// Runs a ``DownloadRequest`` with a download task on a ``TransferSession`` derived from its session.
+/// Runs a ``DownloadRequest`` with a download task whose callbacks Requests receives (see `TransferSession`).
 ///
 /// A download task, because it keeps memory flat: a data task's chunks each wait as an operation on the delegate
 /// queue, with no back-pressure (`suspend()` does not stop them), and a 1 GiB download from loopback peaked at
@@ -68,11 +68,8 @@ extension DownloadRequest {
 /// `PartialDownloads`) so that it can remove it.
 public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOperation<R>, @unchecked Sendable {
     override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
-        let (transferSession, delegate) = TransferSession.session(for: session)
         let transfer = DownloadTransfer(receiver: receiver, existingFiles: PartialDownloads.existingFiles())
-        let task = transferSession.downloadTask(with: urlRequest)
-        delegate.register(transfer, for: task)
-        return task
+        return TransferSession.task(on: session, handler: transfer) { $0.downloadTask(with: urlRequest) }
     }
 
     override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<URL> {

@@ -3,13 +3,35 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// The delegate sessions that downloads and uploads run on. On Linux, byte counts arrive only through
-/// session-delegate callbacks, and only for tasks created without a completion handler, so a transfer cannot
-/// run on the caller's session as it is: it runs on a session Requests creates once per caller session, with that
-/// session's configuration (headers, timeouts, cookies, cache, protocol classes) but this delegate. The caller
-/// session's delegate still answers authentication challenges; its other callbacks are not called. Requests that
-/// carry credentials run here too, so that a redirect to another origin does not receive them.
+/// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's ``TransferHandler``.
+///
+/// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12): the
+/// caller's session and its delegate stay in charge of everything the handler does not answer, such as
+/// authentication challenges and metrics.
+///
+/// On Linux, per-task delegates are accepted and ignored, and byte counts arrive only through session-delegate
+/// callbacks for tasks made without a completion handler. So a task runs on a session Requests creates once per
+/// caller session, with that session's configuration (headers, timeouts, cookies, cache, protocol classes) but
+/// this delegate. The caller session's delegate still answers authentication challenges; its other callbacks are
+/// not called. That session is invalidated once the caller's session has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
+    /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
+    static func task(on base: URLSession, handler: any TransferHandler, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
+        #if canImport(FoundationNetworking)
+        let (session, delegate) = session(for: base)
+        let task = make(session)
+        delegate.register(handler, for: task)
+        return task
+        #else
+        let delegate = TransferSession()
+        let task = make(base)
+        delegate.register(handler, for: task)
+        task.delegate = delegate
+        return task
+        #endif
+    }
+
+    #if canImport(FoundationNetworking)
     private struct Entry {
         weak var base: URLSession?
         let session: URLSession
@@ -26,11 +48,13 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
     /// The transfer session for `base`, and its delegate, created on first use.
     static func session(for base: URLSession) -> (URLSession, TransferSession) {
         sessionsLock.lock()
-        defer { sessionsLock.unlock() }
         if let entry = sessions[ObjectIdentifier(base)], entry.base === base {
+            sessionsLock.unlock()
             return (entry.session, entry.delegate)
         }
-        sessions = sessions.filter { $0.value.base != nil }
+        // A session keeps its delegate and threads until it is invalidated; its running tasks finish first.
+        let released = sessions.filter { $0.value.base == nil }
+        released.keys.forEach { sessions[$0] = nil }
         let delegate = TransferSession()
         delegate.base = base
         // The caller's delegate queue, so that completions without a completion queue run where the caller's own
@@ -45,14 +69,17 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         }
         let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: queue)
         sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
+        sessionsLock.unlock()
+        released.values.forEach { $0.session.finishTasksAndInvalidate() }
         return (session, delegate)
     }
+    #endif
 
     private let lock = NSLock()
     private var handlers: [Int: any TransferHandler] = [:]
 
     /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
-    func register(_ handler: any TransferHandler, for task: URLSessionTask) {
+    private func register(_ handler: any TransferHandler, for task: URLSessionTask) {
         lock.lock()
         defer { lock.unlock() }
         handlers[task.taskIdentifier] = handler
@@ -80,6 +107,15 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         handler(for: downloadTask)?.didFinishDownloading(to: location)
     }
 
+    #if !canImport(FoundationNetworking)
+    /// A body stream cannot be read twice: a request that must be sent again (after a 307 or 308, or an
+    /// authentication challenge) gets a new one where the body can be reopened, and otherwise fails. (Linux
+    /// re-sends no streamed body: it drops the body on a 307 or 308.)
+    func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
+        completionHandler(task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream))
+    }
+    #endif
+
     /// A redirect to another origin (scheme, host or port) drops `Authorization`, `Proxy-Authorization` and
     /// `Cookie`: URLSession on Linux would send them to the new host.
     func urlSession(
@@ -89,7 +125,18 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
-        completionHandler(Self.redirect(request, from: task.currentRequest?.url ?? response.url))
+        let redirected = Self.redirect(request, from: task.currentRequest?.url ?? response.url)
+        #if canImport(FoundationNetworking)
+        completionHandler(redirected)
+        #else
+        // The caller's session delegate has the last word, as it would without Requests.
+        guard let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
+            completionHandler(redirected)
+            return
+        }
+        callerDelegate.urlSession?(session, task: task, willPerformHTTPRedirection: response, newRequest: redirected, completionHandler: completionHandler)
+            ?? completionHandler(redirected)
+        #endif
     }
 
     static func redirect(_ request: URLRequest, from previous: URL?) -> URLRequest {
@@ -105,45 +152,30 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         return request
     }
 
+    #if canImport(FoundationNetworking)
+    /// corelibs raises no server-trust or client-certificate challenges; the rest are per task, and go to the
+    /// caller's delegate. (On Apple platforms this delegate has no challenge method, so the caller's session
+    /// delegate receives every challenge as it would without Requests.)
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        guard let base, let delegate = base.delegate else {
-            completionHandler(.performDefaultHandling, nil)
-            return
-        }
-        #if canImport(FoundationNetworking)
-        // corelibs raises no server-trust or client-certificate challenges; the rest are per task.
-        guard let taskDelegate = delegate as? URLSessionTaskDelegate else {
+        guard let base, let taskDelegate = base.delegate as? URLSessionTaskDelegate else {
             completionHandler(.performDefaultHandling, nil)
             return
         }
         taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
-        #else
-        // As URLSession does: a session-wide challenge goes to the session-level method when the delegate has
-        // one (a pinning delegate often has only that), otherwise to the task-level one.
-        let sessionWide = [
-            NSURLAuthenticationMethodServerTrust, NSURLAuthenticationMethodClientCertificate,
-            NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate,
-        ].contains(challenge.protectionSpace.authenticationMethod)
-        if sessionWide, delegate.urlSession?(base, didReceive: challenge, completionHandler: completionHandler) != nil {
-            return
-        }
-        (delegate as? URLSessionTaskDelegate)?
-            .urlSession?(base, task: task, didReceive: challenge, completionHandler: completionHandler)
-            ?? completionHandler(.performDefaultHandling, nil)
-        #endif
     }
+    #endif
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         handler(for: task, removing: true)?.didComplete(response: task.response, error: error)
     }
 }
 
-/// One transfer's callbacks, all on the transfer session's serial delegate queue.
+/// One transfer's callbacks, all on the delegate queue of the session the task runs on.
 protocol TransferHandler: AnyObject, Sendable {
     func didSend(total: Int64, expected: Int64)
     func didReceive(_ data: Data)

@@ -7,9 +7,10 @@ import Foundation
 public enum UploadBody: Sendable {
     /// Bytes in memory, sent with their `Content-Length`.
     case data(Data)
-    /// A file, streamed and never read whole into memory. On Linux a stream is sent `Transfer-Encoding: chunked`
-    /// (URLSession there cannot send a stream with a length; its upload-from-file path can, but crashes Foundation
-    /// when the upload is cancelled). A missing file fails with ``RequestBuildingError/unreadableFile(_:)``.
+    /// A file, never read whole into memory. On Apple platforms it is uploaded from the file, with its
+    /// `Content-Length`. On Linux it is streamed `Transfer-Encoding: chunked` (URLSession there cannot send a stream
+    /// with a length; its upload-from-file path can, but crashes Foundation when the upload is cancelled). A missing
+    /// file fails with ``RequestBuildingError/unreadableFile(_:)``.
     case file(URL)
     /// A multipart form, built for each attempt: in memory when small, streamed from a temporary file when large.
     case multipart(MultipartFormData)
@@ -56,41 +57,43 @@ extension UploadRequest where Self: NoContentRequest {
     }
 }
 
-/// Runs an ``UploadRequest`` on a ``TransferSession`` derived from its session, so that the bytes sent reach
-/// ``RequestOperation/progress``.
+/// Runs an ``UploadRequest`` as a task whose callbacks Requests receives (see `TransferSession`), so that the
+/// bytes sent reach ``RequestOperation/progress``.
 public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {
     override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
         // User code: read outside the lock.
         guard let body = currentRequest?.uploadBody else { throw RequestQueueError.cancelled }
-        let (transferSession, delegate) = TransferSession.session(for: session)
         var urlRequest = urlRequest
         urlRequest.httpBody = nil
         urlRequest.httpBodyStream = nil
-        let task: URLSessionTask
+        let make: (URLSession) -> URLSessionTask
         var length: Int64 = -1
         switch body {
         case let .data(data):
-            task = transferSession.uploadTask(with: urlRequest, from: data)
+            make = { $0.uploadTask(with: urlRequest, from: data) }
         case let .file(file):
             let size = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber
-            guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size,
-                  let stream = InputStream(url: file) else {
+            guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size else {
                 throw RequestBuildingError.unreadableFile(file)
             }
-            urlRequest.httpBodyStream = stream
             length = size.int64Value
-            task = transferSession.dataTask(with: urlRequest)
+            #if canImport(FoundationNetworking)
+            guard let stream = InputStream(url: file) else { throw RequestBuildingError.unreadableFile(file) }
+            urlRequest.httpBodyStream = stream
+            make = { [urlRequest] in $0.dataTask(with: urlRequest) }
+            #else
+            make = { [urlRequest] in $0.uploadTask(with: urlRequest, fromFile: file) }
+            #endif
         case let .multipart(form):
             length = Int64(try form.apply(to: &urlRequest))
             if let data = urlRequest.httpBody {
                 urlRequest.httpBody = nil
-                task = transferSession.uploadTask(with: urlRequest, from: data)
+                make = { [urlRequest] in $0.uploadTask(with: urlRequest, from: data) }
             } else {
-                task = transferSession.dataTask(with: urlRequest)
+                make = { [urlRequest] in $0.dataTask(with: urlRequest) }
             }
         }
-        delegate.register(CollectingTransfer(receiver: receiver, length: length), for: task)
-        return task
+        return TransferSession.task(on: session, handler: CollectingTransfer(receiver: receiver, length: length), make)
     }
 }
 

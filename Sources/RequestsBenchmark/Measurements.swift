@@ -48,11 +48,20 @@ final class Countdown: @unchecked Sendable {
     var lastCompletionTime: Double { lock.withLock { finishedAt } }
 }
 
+/// Carries a plain Foundation `OperationQueue` or `Operation` into a `@Sendable` block (a `DispatchQueue` one).
+/// swift-corelibs-foundation marks those classes `Sendable`, Apple's SDKs may not, and Swift 6 mode then rejects
+/// the capture; both are safe to use from any thread, hence `@unchecked`.
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
 /// Waits, off the main thread, until `queue` has no operations left; `false` after `seconds`.
 func waitUntilDrained(_ queue: OperationQueue, seconds: Double) -> Bool {
     let drained = DispatchSemaphore(value: 0)
+    let handle = UncheckedSendable(queue)
     DispatchQueue.global().async {
-        queue.waitUntilAllOperationsAreFinished()
+        handle.value.waitUntilAllOperationsAreFinished()
         drained.signal()
     }
     return drained.wait(timeout: .now() + seconds) == .success

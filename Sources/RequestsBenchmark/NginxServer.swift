@@ -5,6 +5,13 @@ import Glibc
 import Darwin
 #endif
 
+/// `SOCK_STREAM` as `socket(_:_:_:)` takes it: an enum case in Glibc, a plain `Int32` in Darwin.
+#if canImport(Glibc)
+private let streamSocketType = Int32(SOCK_STREAM.rawValue)
+#else
+private let streamSocketType = SOCK_STREAM
+#endif
+
 /// An nginx started for the benchmark: one worker, keep-alive, on 127.0.0.1, with its config, pid file
 /// and logs in a temporary directory. ``stop()`` ends it by its process id and removes the directory.
 final class NginxServer {
@@ -123,7 +130,7 @@ final class NginxServer {
 
     /// Asks the kernel for a free port on 127.0.0.1 (bind to port 0, read it, close).
     private static func freePort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, streamSocketType, 0)
         guard fd >= 0 else { throw Failure(description: "socket failed") }
         defer { close(fd) }
         var address = loopback(port: 0)
@@ -152,7 +159,7 @@ final class NginxServer {
         let deadline = ResourceUsage.now() + 5
         while ResourceUsage.now() < deadline {
             guard process.isRunning else { return false }
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = socket(AF_INET, streamSocketType, 0)
             if fd >= 0 {
                 var address = loopback(port: port)
                 let connected = withUnsafePointer(to: &address) {

@@ -32,13 +32,52 @@ enum ResourceUsage {
         Double(DispatchTime.now().uptimeNanoseconds) / 1_000_000_000
     }
 
-    /// The resident set size in bytes, from the second field of `/proc/self/statm`; `nil` where it is missing.
+    /// The resident set size in bytes: on Linux the second field of `/proc/self/statm`, on Darwin `ri_resident_size`
+    /// of `proc_pid_rusage`; `nil` where it cannot be read.
     static func residentBytes() -> Int? {
+        #if canImport(Darwin)
+        // proc_pid_rusage rather than task_info(mach_task_self_, MACH_TASK_BASIC_INFO, …): in Swift 6 mode, reading
+        // the C global `mach_task_self_` is an error ("not concurrency-safe") with SDKs that do not yet mark it
+        // nonisolated(unsafe) (the macOS 15.2 SDK of Xcode 16.2, for one), and proc_pid_rusage needs no task port.
+        var info = rusage_info_v0()
+        let status = withUnsafeMutablePointer(to: &info) { pointer in
+            pointer.withMemoryRebound(to: rusage_info_t?.self, capacity: 1) { proc_pid_rusage(getpid(), RUSAGE_INFO_V0, $0) }
+        }
+        guard status == 0, info.ri_resident_size > 0 else { return nil }
+        return Int(clamping: info.ri_resident_size)
+        #else
         guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return nil }
         let fields = text.split(separator: " ")
         guard fields.count > 1, let pages = Int(fields[1]) else { return nil }
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+        #endif
     }
+
+    /// The peak resident set size of this process so far, in bytes: on Linux `VmHWM` of `/proc/self/status`, on
+    /// Darwin `ru_maxrss` of `getrusage` (in bytes there; Linux counts it in KiB); `nil` where it cannot be read.
+    static func peakResidentBytes() -> Int? {
+        #if canImport(Darwin)
+        var usage = rusage()
+        guard getrusage(RUSAGE_SELF, &usage) == 0, usage.ru_maxrss > 0 else { return nil }
+        return Int(usage.ru_maxrss)
+        #else
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+        else { return nil }
+        return kilobytes * 1024
+        #endif
+    }
+
+    #if canImport(Darwin)
+    /// Where ``residentBytes()`` comes from, for the report's notes.
+    static let residentSource = "RSS from proc_pid_rusage (ri_resident_size); the heap is not trimmed (Darwin has no malloc_trim)"
+    /// Where ``peakResidentBytes()`` comes from, for the report's notes.
+    static let peakSource = "ru_maxrss (getrusage)"
+    #else
+    static let residentSource = "RSS from /proc/self/statm; the heap is trimmed (malloc_trim) before each fill"
+    static let peakSource = "VmHWM"
+    #endif
 
     /// Returns freed heap memory to the operating system, so the next RSS delta starts from a clean heap.
     static func trimHeap() {
@@ -53,13 +92,16 @@ enum ResourceUsage {
 
     // MARK: - Machine description
 
-    /// `uname -a`.
+    /// `uname -a` (`/usr/bin/uname` on macOS, which has no `/bin/uname`).
     static func uname() -> String {
-        run("/bin/uname", ["-a"]) ?? "unknown"
+        run("/bin/uname", ["-a"]) ?? run("/usr/bin/uname", ["-a"]) ?? "unknown"
     }
 
-    /// The first `model name` of `/proc/cpuinfo`.
+    /// The first `model name` of `/proc/cpuinfo`; "unknown" on Darwin, which has no `/proc`.
     static func cpuModel() -> String {
+        #if canImport(Darwin)
+        return "unknown"
+        #else
         guard let text = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8) else { return "unknown" }
         for line in text.split(separator: "\n") where line.hasPrefix("model name") {
             if let colon = line.firstIndex(of: ":") {
@@ -67,16 +109,26 @@ enum ResourceUsage {
             }
         }
         return "unknown"
+        #endif
     }
 
-    /// The 1-minute load average from `/proc/loadavg`.
+    /// The 1-minute load average: from `getloadavg` on Darwin, else from `/proc/loadavg`.
     static func loadAverage() -> String {
+        #if canImport(Darwin)
+        var averages = [Double](repeating: 0, count: 1)
+        guard getloadavg(&averages, 1) == 1 else { return "unknown" }
+        return String(format: "%.2f", averages[0])
+        #else
         guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "unknown" }
         return text.split(separator: " ").first.map(String.init) ?? "unknown"
+        #endif
     }
 
-    /// `MemTotal` of `/proc/meminfo`, in GiB.
+    /// The physical memory in GiB: `ProcessInfo.physicalMemory` on Darwin, else `MemTotal` of `/proc/meminfo`.
     static func memoryTotal() -> String {
+        #if canImport(Darwin)
+        return String(format: "%.1f GiB", Double(ProcessInfo.processInfo.physicalMemory) / 1024 / 1024 / 1024)
+        #else
         guard let text = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8) else { return "unknown" }
         for line in text.split(separator: "\n") where line.hasPrefix("MemTotal:") {
             let fields = line.split(separator: " ")
@@ -85,6 +137,7 @@ enum ResourceUsage {
             }
         }
         return "unknown"
+        #endif
     }
 
     /// The first line of `swift --version`, or what the compiler says about itself at build time.

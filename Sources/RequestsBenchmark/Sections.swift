@@ -92,7 +92,7 @@ func memorySection(_ memory: MemoryFigures, queued: Int) -> Section {
         comparison: "",
         goal: "",
         verdict: memory.drained && memory.completions == memory.expectedCompletions ? .info : .failed))
-    section.notes.append("RSS from /proc/self/statm; the heap is trimmed (malloc_trim) before each fill. A library request here is "
+    section.notes.append(ResourceUsage.residentSource + ". A library request here is "
         + "a DataRequest holding a URL, with a completion closure, on a session that is never used. "
         + "Completions after the cancel: \(grouped(Double(memory.completions))) of \(grouped(Double(memory.expectedCompletions))).")
     return section

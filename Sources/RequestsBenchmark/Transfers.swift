@@ -6,16 +6,8 @@ import Requests
 
 // Section 7: peak memory of a large download and upload. Each runs in a child process of its own
 // (`requests-bench --transfer-child download|upload BYTES BASE_URL`), because the peak resident size
-// (VmHWM) counts from the start of a process; the server stays in the parent and is not counted.
-
-/// The peak resident size of this process so far, from /proc/self/status.
-func peakResidentBytes() -> Int? {
-    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-          let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
-    else { return nil }
-    return kilobytes * 1024
-}
+// (VmHWM on Linux, ru_maxrss on Darwin) counts from the start of a process; the server stays in the parent
+// and is not counted.
 
 private struct BenchDownload: DownloadRequest {
     let url: URL
@@ -76,7 +68,7 @@ func runTransferChild(_ arguments: [String]) -> Never {
     default:
         exit(2)
     }
-    print("\(transferred) \(ResourceUsage.now() - start) \(peakResidentBytes() ?? -1)")
+    print("\(transferred) \(ResourceUsage.now() - start) \(ResourceUsage.peakResidentBytes() ?? -1)")
     exit(0)
 }
 
@@ -97,7 +89,8 @@ func measureTransfer(_ kind: String, bytes: Int, base: URL) -> TransferFigures {
     guard parts.count == 3, let count = Int(parts[0]), let seconds = Double(parts[1]), let peak = Double(parts[2]) else {
         return TransferFigures()
     }
-    return TransferFigures(bytes: count, seconds: seconds, peakBytes: peak)
+    // -1: the child could not read its peak; no number (a failed row), rather than a peak of 0 that passes.
+    return TransferFigures(bytes: count, seconds: seconds, peakBytes: peak < 0 ? .nan : peak)
 }
 
 func transferSection(download: TransferFigures, upload: TransferFigures, bytes: Int) -> Section {
@@ -115,7 +108,7 @@ func transferSection(download: TransferFigures, upload: TransferFigures, bytes: 
             goal: "< 64 MiB",
             verdict: figures.peakBytes.isNaN || !complete ? .failed : (figures.peakBytes < 64 * 1_048_576 ? .pass : .miss)))
     }
-    section.notes.append("Peak RSS is VmHWM of a child process that runs only the transfer (the server is in the parent). "
+    section.notes.append("Peak RSS is \(ResourceUsage.peakSource) of a child process that runs only the transfer (the server is in the parent). "
         + "Bytes moved: download \(grouped(Double(download.bytes))), upload \(grouped(Double(upload.bytes))) of \(grouped(Double(bytes))).")
     return section
 }

@@ -181,11 +181,14 @@ do {
 section("6. async/await")
 do {
     final class Outcome: @unchecked Sendable { var text: String? }
+    /// Hands the queue to the task: swift-corelibs-foundation marks `OperationQueue` Sendable, Apple's SDKs may
+    /// not (and Swift 6 mode then rejects the capture); an operation queue is safe to use from any thread.
+    struct SharedQueue: @unchecked Sendable { let queue: OperationQueue }
     let outcome = Outcome()
-    let asyncQueue = queue
+    let asyncQueue = SharedQueue(queue: queue)
     Task.detached {
         do {
-            let recipe = try await asyncQueue.response(for: RecipeRequest(id: "async"), session: session)
+            let recipe = try await asyncQueue.queue.response(for: RecipeRequest(id: "async"), session: session)
             outcome.text = recipe.name
         } catch {
             outcome.text = "error: \(error)"

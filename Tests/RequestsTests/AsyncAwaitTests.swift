@@ -31,7 +31,8 @@ final class AsyncAwaitTests: XCTestCase {
         queue.isSuspended = true
         let path = TestServer.freshPath()
         let server = self.server
-        let task = Task { try await queue.response(for: GetData(url: server.url(path)), session: testSession) }
+        let handle = UncheckedSendable(queue)
+        let task = Task { try await handle.value.response(for: GetData(url: server.url(path)), session: testSession) }
         // Then nothing is sent while it is suspended
         try await Task.sleep(nanoseconds: 200_000_000)
         XCTAssertEqual(server.requestCount(path: path), 0)
@@ -43,13 +44,14 @@ final class AsyncAwaitTests: XCTestCase {
     }
 
     func testItWaitsForDependencies() async throws {
-        let queue = OperationQueue()
         let gate = BlockOperation {}
         let finishedGate = Recorder<Bool>()
         let server = self.server
+        let gateHandle = UncheckedSendable(gate)
         let task = Task { () -> Bool in
-            _ = try await queue.response(for: GetData(url: server.url("/json")), session: testSession, after: [gate])
-            return gate.isFinished
+            let queue = OperationQueue()
+            _ = try await queue.response(for: GetData(url: server.url("/json")), session: testSession, after: [gateHandle.value])
+            return gateHandle.value.isFinished
         }
         try await Task.sleep(nanoseconds: 100_000_000)
         finishedGate.append(gate.isFinished)
@@ -65,7 +67,8 @@ final class AsyncAwaitTests: XCTestCase {
         let path = "/delay/60000"
         let before = server.requestCount(path: path)
         let server = self.server
-        let task = Task { try await queue.response(for: GetData(url: server.url("\(path)?async")), session: testSession) }
+        let handle = UncheckedSendable(queue)
+        let task = Task { try await handle.value.response(for: GetData(url: server.url("\(path)?async")), session: testSession) }
         while server.requestCount(path: path) == before { try await Task.sleep(nanoseconds: 10_000_000) }
         // When the Task is cancelled
         task.cancel()
@@ -84,10 +87,11 @@ final class AsyncAwaitTests: XCTestCase {
         let queue = OperationQueue()
         let path = TestServer.freshPath()
         let server = self.server
+        let handle = UncheckedSendable(queue)
         for _ in 0..<200 {
             let task = Task {
                 withUnsafeCurrentTask { $0?.cancel() }
-                return try await queue.response(for: GetData(url: server.url(path)), session: testSession)
+                return try await handle.value.response(for: GetData(url: server.url(path)), session: testSession)
             }
             // Then each throws the cancellation
             let result = await task.result

@@ -87,7 +87,8 @@ final class DetachOnCancelTests: XCTestCase {
         let queue = OperationQueue()
         let server = self.server
         let slow = queue.addRequest(GetData(url: server.url("/bytes/8?delay=300&detach=async")), session: testSession)
-        let task = Task { try await queue.response(for: GetData(url: server.url("/bytes/8")), session: testSession, after: [slow]) }
+        let handle = UncheckedSendable(queue)
+        let task = Task { try await handle.value.response(for: GetData(url: server.url("/bytes/8")), session: testSession, after: [slow]) }
         try? await Task.sleep(nanoseconds: 50_000_000)
         task.cancel()
         let result = await task.result

@@ -68,6 +68,8 @@ final class HeaderSafetyTests: XCTestCase {
 }
 
 final class CURLDescriptionTests: XCTestCase {
+    // Running the command needs `Process`, which only Linux and macOS have (not iOS, tvOS or watchOS).
+    #if os(Linux) || os(macOS)
     private func runInShell(_ command: String) throws -> Int32 {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -118,12 +120,15 @@ final class CURLDescriptionTests: XCTestCase {
         request.httpBody = Data((0...255).map(UInt8.init) + [0, 39, 92, 10])
         try assertSameRequest(request)
     }
+    #endif
 
     func testABodyStartingWithAtIsSentAsTextAndALargeBodyIsNotShown() throws {
         var request = URLRequest(url: TestServer.url("/x"))
         request.httpMethod = "POST"
         request.httpBody = Data("@/etc/passwd".utf8)
+        #if os(Linux) || os(macOS)
         try assertSameRequest(request)
+        #endif
         request.httpBody = Data(count: 100_000)
         XCTAssertTrue(request.cURLDescription().hasSuffix("# the body of 100000 bytes is not shown"))
     }

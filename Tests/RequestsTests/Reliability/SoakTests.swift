@@ -39,7 +39,8 @@ final class SoakTests: XCTestCase {
             }
         }
         for operation in operations where generator.next() % 100 < 5 {
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(generator.next() % 2_000))) { operation.cancel() }
+            let handle = UncheckedSendable(operation)
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(generator.next() % 2_000))) { handle.value.cancel() }
         }
         queue.waitUntilAllOperationsAreFinished()
         waitUntil("every completion") { calls.count >= total }

@@ -94,7 +94,7 @@ final class StateMachinePropertyTests: XCTestCase {
         queue.addOperations(operations, waitUntilFinished: false)
         queue.addOperations(dependents, waitUntilFinished: false)
         let shared = operations
-        let sharedGates = gates
+        let sharedGates = UncheckedSendable(gates)
         queue.isSuspended = false
 
         // Four threads cancel random operations and gates while the queue runs.
@@ -102,8 +102,8 @@ final class StateMachinePropertyTests: XCTestCase {
             var random = SplitMix64(seed: UInt64(100 + lane))
             for _ in 0..<(count / 8) {
                 shared[Int(random.next() % UInt64(count))].cancel()
-                if random.next() % 3 == 0, !sharedGates.isEmpty {
-                    sharedGates[Int(random.next() % UInt64(sharedGates.count))].cancel()
+                if random.next() % 3 == 0, !sharedGates.value.isEmpty {
+                    sharedGates.value[Int(random.next() % UInt64(sharedGates.value.count))].cancel()
                 }
                 if random.next() % 16 == 0 { usleep(UInt32(random.next() % 200)) }
             }

@@ -44,12 +44,13 @@ final class StressTests: XCTestCase {
         // Four threads cancel random operations near the head of the queue (queued, starting, in flight or
         // completing) for as long as the run lasts.
         let cancellers = DispatchGroup()
+        let cancellable = UncheckedSendable(shared)
         for seed in 0..<4 {
             DispatchQueue.global().async(group: cancellers) {
                 var generator = SplitMix64(seed: UInt64(seed + 1))
                 while completions.completedCount < total {
                     let head = completions.completedCount
-                    shared[min(total - 1, head + Int(generator.next() % 32))].cancel()
+                    cancellable.value[min(total - 1, head + Int(generator.next() % 32))].cancel()
                     usleep(UInt32(generator.next() % 16_000))
                 }
             }

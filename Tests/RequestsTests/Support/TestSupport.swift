@@ -125,6 +125,19 @@ final class Box<Value>: @unchecked Sendable {
     }
 }
 
+/// Carries a plain Foundation `OperationQueue`, `Operation` or `BlockOperation` (or an array of them) into a
+/// `Task`, a `DispatchQueue` block or another `@Sendable` closure.
+///
+/// swift-corelibs-foundation marks those classes `Sendable`, but Apple's SDKs may not, and in Swift 6 mode a
+/// `Task` or `@Sendable` closure that captures a non-`Sendable` value the caller goes on using does not compile.
+/// The classes are documented as safe to use from any thread, and the box only holds the reference, hence
+/// `@unchecked`. The library's own operations (`RequestOperation` and its subclasses, `BatchOperation`, …) are
+/// `Sendable` and need no box.
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
 extension Result {
     var failure: Failure? {
         if case let .failure(error) = self { return error }

@@ -45,6 +45,7 @@ func runTransferChild(_ arguments: [String]) -> Never {
     defer { try? FileManager.default.removeItem(at: file) }
     let start: Double
     let transferred: Int
+    let residentAtStart = ResourceUsage.residentBytes() ?? -1
     switch arguments[0] {
     case "download":
         start = ResourceUsage.now()
@@ -65,11 +66,75 @@ func runTransferChild(_ arguments: [String]) -> Never {
         struct Report: Decodable { let bytes: Int }
         guard case let .success(data)? = operation.result, let report = try? JSONDecoder().decode(Report.self, from: data) else { exit(1) }
         transferred = report.bytes
+    case "gzip-bomb", "huge":
+        // Refused by the default 64 MiB limit: the figure is the peak while it happens.
+        let path = arguments[0] == "huge" ? "bytes/\(bytes)" : "hostile/gzip-bomb/\(bytes)"
+        start = ResourceUsage.now()
+        let operation = queue.addRequest(BenchBytes(url: base.appendingPathComponent(path)), session: session)
+        queue.waitUntilAllOperationsAreFinished()
+        guard case .failure(TransferLimitError.responseTooLarge)? = operation.result else { exit(1) }
+        transferred = 0
+    case "deadline":
+        // `bytes` is the deadline in milliseconds; the figure is how late the completion came after it.
+        let deadline = Double(bytes) / 1000
+        queue.requestPolicies = RequestPolicies(limits: TransferLimits(deadline: deadline, minimumSpeed: nil))
+        let started = ResourceUsage.now()
+        let operation = queue.addRequest(BenchBytes(url: base.appendingPathComponent("hostile/endless").appendingQueryItem("chunk=1&interval=200")), session: session)
+        queue.waitUntilAllOperationsAreFinished()
+        guard case .failure(TransferLimitError.deadlineExceeded)? = operation.result else { exit(1) }
+        start = started + deadline
+        transferred = 0
     default:
         exit(2)
     }
-    print("\(transferred) \(ResourceUsage.now() - start) \(ResourceUsage.peakResidentBytes() ?? -1)")
+    print("\(transferred) \(ResourceUsage.now() - start) \(ResourceUsage.peakResidentBytes() ?? -1) \(residentAtStart)")
     exit(0)
+}
+
+private struct BenchBytes: DataRequest {
+    typealias Success = Int
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+    func processData(_ data: Data) throws -> Int { data.count }
+}
+
+extension URL {
+    fileprivate func appendingQueryItem(_ query: String) -> URL {
+        URL(string: absoluteString + "?" + query) ?? self
+    }
+}
+
+/// Section 8: what refusing hostile responses costs: the peak while a gzip bomb and a huge body are refused
+/// by the default limit, and how late a deadline's completion comes.
+func limitsSection(bomb: TransferFigures, huge: TransferFigures, late: TransferFigures, bombBytes: Int, hugeBytes: Int) -> Section {
+    var section = Section(
+        name: "Limits",
+        title: "8. Hostile responses refused by the default limits (embedded server, child process)",
+        rows: [])
+    let ceiling = Double(TransferLimits.defaultMaximumBodySize) + 32 * 1_048_576
+    for (measure, figures) in [("gzip bomb inflating to \(bombBytes >> 20) MiB", bomb), ("\(hugeBytes >> 20) MiB body with its Content-Length", huge)] {
+        let growth = figures.peakBytes - figures.residentAtStart
+        section.rows.append(Row(
+            measure: measure,
+            library: growth.isNaN ? "no number" : "+\(fixed(growth / 1_048_576, 1)) MiB peak over the start",
+            baseline: figures.residentAtStart.isNaN ? "" : "\(fixed(figures.residentAtStart / 1_048_576, 1)) MiB at the start",
+            comparison: figures.seconds.isNaN ? "" : "peak \(fixed(figures.peakBytes / 1_048_576, 1)) MiB; refused after \(fixed(figures.seconds * 1000, 0)) ms",
+            goal: "growth < 64 MiB limit + 32 MiB",
+            verdict: growth.isNaN ? .failed : (growth < ceiling ? .pass : .miss)))
+    }
+    section.rows.append(Row(
+        measure: "A 1 s deadline on an endless trickle",
+        library: late.seconds.isNaN ? "no number" : "completion \(fixed(late.seconds * 1000, 0)) ms after the deadline",
+        baseline: "",
+        comparison: "",
+        goal: "< 1 s",
+        verdict: late.seconds.isNaN ? .failed : (late.seconds < 1 ? .pass : .miss)))
+    section.notes.append("Each runs in a child process of its own; the peak is \(ResourceUsage.peakSource), which includes the "
+        + "process's own baseline (Foundation, libcurl, the Swift runtime).")
+    return section
 }
 
 /// One child's figures.
@@ -77,6 +142,8 @@ struct TransferFigures {
     var bytes = 0
     var seconds = Double.nan
     var peakBytes = Double.nan
+    /// The child's resident size just before the transfer started.
+    var residentAtStart = Double.nan
 }
 
 /// Runs `kind` in a child process against `base`.
@@ -86,11 +153,12 @@ func measureTransfer(_ kind: String, bytes: Int, base: URL) -> TransferFigures {
         return TransferFigures()
     }
     let parts = output.split(separator: " ")
-    guard parts.count == 3, let count = Int(parts[0]), let seconds = Double(parts[1]), let peak = Double(parts[2]) else {
+    guard parts.count == 4, let count = Int(parts[0]), let seconds = Double(parts[1]), let peak = Double(parts[2]),
+          let atStart = Double(parts[3]) else {
         return TransferFigures()
     }
     // -1: the child could not read its peak; no number (a failed row), rather than a peak of 0 that passes.
-    return TransferFigures(bytes: count, seconds: seconds, peakBytes: peak < 0 ? .nan : peak)
+    return TransferFigures(bytes: count, seconds: seconds, peakBytes: peak < 0 ? .nan : peak, residentAtStart: atStart < 0 ? .nan : atStart)
 }
 
 func transferSection(download: TransferFigures, upload: TransferFigures, bytes: Int) -> Section {

@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode, overhead, transfers
+    case throughput, memory, cancel, decode, overhead, transfers, limits
 }
 
 struct Options {
@@ -56,7 +56,7 @@ struct Options {
           --path PATH        path requested on --url (default /json)
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
-          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers
+          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers,limits
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
                              every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
@@ -109,7 +109,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "--server-process": throw UsageError(description: "--server-process goes with --soak")
@@ -369,6 +369,16 @@ if options.only.contains(.transfers) {
         (measureTransfer("download", bytes: bytes, base: embedded.baseURL), measureTransfer("upload", bytes: bytes, base: embedded.baseURL))
     }
     sections.append(transferSection(download: download, upload: upload, bytes: bytes))
+}
+if options.only.contains(.limits) {
+    let bombBytes = options.smoke ? 128 << 20 : 1 << 30
+    let hugeBytes = options.smoke ? 256 << 20 : 3 << 30
+    let (bomb, huge, late) = timed("8. Hostile responses refused by the default limits") {
+        (measureTransfer("gzip-bomb", bytes: bombBytes, base: embedded.baseURL),
+         measureTransfer("huge", bytes: hugeBytes, base: embedded.baseURL),
+         measureTransfer("deadline", bytes: 1000, base: embedded.baseURL))
+    }
+    sections.append(limitsSection(bomb: bomb, huge: huge, late: late, bombBytes: bombBytes, hugeBytes: hugeBytes))
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

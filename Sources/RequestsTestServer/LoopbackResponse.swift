@@ -115,9 +115,13 @@ enum Reply {
     case bytes(count: Int)
     /// The same bytes, `chunk` at a time every `interval` milliseconds, with the full `Content-Length` first.
     case trickle(count: Int, chunk: Int, interval: Int)
+    /// `Transfer-Encoding: chunked` that never ends: zero bytes, `chunk` at a time every `interval` milliseconds,
+    /// until the client goes away.
+    case endless(chunk: Int, interval: Int)
 }
 
-/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/…`).
+/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/…`,
+/// `/hostile/…`).
 enum BuiltinRoutes {
     static let recipeJSON = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
 
@@ -173,6 +177,9 @@ enum BuiltinRoutes {
             guard n >= 0, chunk > 0, interval >= 0 else { return .response(badRequest) }
             return .trickle(count: n, chunk: chunk, interval: interval)
         }
+        if let reply = hostileReply(for: request) {
+            return reply
+        }
         if path.hasPrefix("/sink") {
             let digest = request.sinkDigest ?? BodyDigest()
             let crc = String(digest.crc32, radix: 16).leftPadding(to: 8)
@@ -182,6 +189,38 @@ enum BuiltinRoutes {
     }
 
     static let badRequest = LoopbackResponse.json(#"{"error":"bad request"}"#, status: 400)
+
+    /// What a hostile server sends:
+    /// - `/hostile/endless?chunk=C&interval=MS`: a chunked body that never ends (a trickle with `chunk=1`);
+    /// - `/hostile/gzip-bomb/N`: `Content-Encoding: gzip` that inflates to `N` zero bytes (about 1:160 on the
+    ///   wire; its trailer's CRC is not computed, so a client that reads it all gets a decoding error);
+    /// - `/hostile/redirect?to=LOCATION&status=302`: a redirect to anywhere, such as `file:///etc/passwd`;
+    /// - `/hostile/redirect-chain/N`: `N` redirects on this server, then `/json`.
+    private static func hostileReply(for request: LoopbackRequest) -> Reply? {
+        let path = request.path
+        if path == "/hostile/endless" {
+            let chunk = request.query["chunk"].flatMap { Int($0) } ?? 65536
+            let interval = request.query["interval"].flatMap { Int($0) } ?? 0
+            guard chunk > 0, interval >= 0 else { return .response(badRequest) }
+            return .endless(chunk: chunk, interval: interval)
+        }
+        if let n = number(after: "/hostile/gzip-bomb/", in: path) {
+            guard n > 0 else { return .response(badRequest) }
+            return .response(LoopbackResponse(
+                headers: ["Content-Encoding": "gzip", "Content-Type": "application/json"], body: GzipZeros.compressed(count: n)
+            ))
+        }
+        if path == "/hostile/redirect" {
+            let status = request.query["status"].flatMap { Int($0) } ?? 302
+            return .response(LoopbackResponse(status: status, headers: ["Location": request.query["to"] ?? "/json"]))
+        }
+        if let n = number(after: "/hostile/redirect-chain/", in: path) {
+            guard n >= 0 else { return .response(badRequest) }
+            let next = n == 0 ? "/json" : "/hostile/redirect-chain/\(n - 1)"
+            return .response(LoopbackResponse(status: 302, headers: ["Location": next]))
+        }
+        return nil
+    }
 
     /// For a path with `prefix`, the integer after it, or `-1` if that is not a number; `nil` without the prefix.
     private static func number(after prefix: String, in path: String) -> Int? {
@@ -210,5 +249,64 @@ enum BuiltinRoutes {
 extension String {
     fileprivate func leftPadding(to length: Int) -> String {
         String(repeating: "0", count: max(0, length - count)) + self
+    }
+}
+
+/// A gzip stream of zero bytes, written by hand (Foundation has no compressor): one fixed-Huffman deflate block of a
+/// literal zero, then matches of 258 bytes at distance 1 (13 bits each), then literal zeros for the rest.
+enum GzipZeros {
+    static func compressed(count: Int) -> Data {
+        var writer = BitWriter()
+        writer.write(0b1, bits: 1)  // BFINAL
+        writer.write(0b01, bits: 2)  // BTYPE: fixed Huffman
+        writer.writeCode(0b0011_0000, bits: 8)  // literal 0
+        let rest = count - 1
+        for _ in 0..<(rest / 258) {
+            writer.writeCode(0b1100_0101, bits: 8)  // length 258 (symbol 285)
+            writer.writeCode(0, bits: 5)  // distance 1 (code 0)
+        }
+        for _ in 0..<(rest % 258) {
+            writer.writeCode(0b0011_0000, bits: 8)
+        }
+        writer.writeCode(0, bits: 7)  // end of block (symbol 256)
+        var data = Data([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 3])
+        data.append(contentsOf: writer.flushed)
+        data.append(contentsOf: [0, 0, 0, 0])  // CRC-32, not computed
+        let size = UInt32(truncatingIfNeeded: count)
+        data.append(contentsOf: (0..<4).map { UInt8(truncatingIfNeeded: size >> (8 * $0)) })
+        return data
+    }
+
+    /// Deflate's bit order: values least significant bit first, Huffman codes most significant bit first.
+    private struct BitWriter {
+        var bytes: [UInt8] = []
+        private var current: UInt32 = 0
+        private var used: UInt32 = 0
+
+        mutating func write(_ value: UInt32, bits: UInt32) {
+            for bit in 0..<bits {
+                current |= ((value >> bit) & 1) << used
+                used += 1
+                if used == 8 { flush() }
+            }
+        }
+
+        mutating func writeCode(_ code: UInt32, bits: UInt32) {
+            var reversed: UInt32 = 0
+            for bit in 0..<bits { reversed |= ((code >> bit) & 1) << (bits - 1 - bit) }
+            write(reversed, bits: bits)
+        }
+
+        private mutating func flush() {
+            bytes.append(UInt8(current))
+            current = 0
+            used = 0
+        }
+
+        var flushed: [UInt8] {
+            var copy = self
+            if copy.used > 0 { copy.flush() }
+            return copy.bytes
+        }
     }
 }

@@ -287,6 +287,15 @@ final class ServerCore: @unchecked Sendable {
             return sendBytes(count: count, on: fd, keepAlive: keepAlive, isHead: isHead, chunk: chunk) {
                 reader.wait(milliseconds: interval)
             } && keepAlive
+        case let .endless(chunk, interval):
+            if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            guard Sys.sendAll(fd, Data(head.utf8)) else { return false }
+            var piece = Data(String(chunk, radix: 16).utf8 + [13, 10])
+            piece.append(Data(count: chunk))
+            piece.append(contentsOf: [13, 10])
+            while Sys.sendAll(fd, piece), !withLock({ stopped }), interval == 0 || reader.wait(milliseconds: interval) {}
+            return false
         case .response(let response):
             let (delay, overflow) = response.delayMilliseconds.addingReportingOverflow(extraDelay)
             let totalDelay = overflow ? Int.max : delay

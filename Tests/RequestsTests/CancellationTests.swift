@@ -2,7 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
-import Requests
+@testable import Requests
 import RequestsTestServer
 import XCTest
 
@@ -185,19 +185,15 @@ final class CancellationTests: XCTestCase {
     }
 
     func testCancelWhileTheTaskIsBeingCreatedSendsNothing() {
-        // Given a session that lets the test cancel inside dataTask(with:), between task creation and resume
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.urlCache = nil
-        let session = CancellingSession(configuration: configuration)
-        defer { session.finishTasksAndInvalidate() }
+        // Given operations that the test cancels as soon as their task exists, before it is resumed
         let path = TestServer.freshPath()
         let queue = OperationQueue()
         let results = Recorder<Result<Data, Error>>()
         for _ in 0..<100 {
             let operationBox = Box<Operation>()
-            session.onDataTask.value = { operationBox.value?.cancel() }
             queue.isSuspended = true
-            let operation = queue.addRequest(GetData(url: server.url(path)), session: session) { results.append($0) }
+            let operation = queue.addRequest(GetData(url: server.url(path)), session: testSession) { results.append($0) }
+            (operation as? DataRequestOperation<GetData>)?.observeTasks { _ in operationBox.value?.cancel() }
             operationBox.value = operation
             // When the queue starts it and it is cancelled as its task is created
             queue.isSuspended = false
@@ -244,19 +240,5 @@ final class CancellationTests: XCTestCase {
         // Then each completion ran exactly once
         XCTAssertEqual(results.count, 200)
         XCTAssertEqual(Set(results.values).count, 200)
-    }
-}
-
-/// A session that runs `onDataTask` right after creating each data task, before it is resumed.
-private final class CancellingSession: URLSession, @unchecked Sendable {
-    let onDataTask = Box<@Sendable () -> Void>()
-
-    override func dataTask(
-        with request: URLRequest,
-        completionHandler: @escaping @Sendable (Data?, URLResponse?, Error?) -> Void
-    ) -> URLSessionDataTask {
-        let task = super.dataTask(with: request, completionHandler: completionHandler)
-        onDataTask.value?()
-        return task
     }
 }

@@ -216,7 +216,7 @@ final class ResultAndValidationTests: XCTestCase {
         let queue = OperationQueue()
         let results = Recorder<Result<Data, Error>>()
         // When it runs
-        queue.addRequest(GetData(url: URL(string: "stub://non-http/")!), session: session) { results.append($0) }
+        queue.addRequest(GetData(url: URL(string: "http://non-http.invalid/")!), session: session) { results.append($0) }
         queue.waitUntilAllOperationsAreFinished()
         // Then it fails with nonHTTPResponse rather than skipping status validation
         XCTAssertEqual(results.count, 1)

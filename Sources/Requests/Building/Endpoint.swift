@@ -171,12 +171,13 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     }
 
     /// `path` percent-encoded for a URL path. A `%` followed by two hex digits is kept as an escape; any other
-    /// is encoded. `?`, `#`, control characters and `.` or `..` segments (which would leave the base path) are
-    /// refused.
+    /// is encoded. `?`, `#` and control characters are refused, and so is a segment that would leave the base path
+    /// once a server decodes it: one that decodes (once or more) to `.` or `..`, or to text holding `/`, `\` or
+    /// NUL (`%2e%2e`, `..%2f`, `%5c`, `%00`, `%252e`, in any case).
     private static func encodedPath(_ path: String) throws -> String {
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
         guard !path.unicodeScalars.contains(where: { $0 == "?" || $0 == "#" || $0.properties.generalCategory == .control }),
-              !segments.contains(where: { $0 == "." || $0 == ".." })
+              !segments.contains(where: leavesBasePath)
         else { throw RequestBuildingError.invalidPath(path) }
         var encoded = ""
         var scalars = Substring(path).unicodeScalars[...]
@@ -194,6 +195,19 @@ public struct Endpoint: Sendable, CustomStringConvertible {
         }
         return encoded
     }
+}
+
+/// Whether a path segment, decoded as often as it decodes, is `.` or `..` or holds `/`, `\` or NUL.
+private func leavesBasePath(_ segment: Substring) -> Bool {
+    var decoded = String(segment)
+    for _ in 0..<4 {
+        if decoded == "." || decoded == ".." || decoded.unicodeScalars.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\0" }) {
+            return true
+        }
+        guard let next = decoded.removingPercentEncoding, next != decoded else { return false }
+        decoded = next
+    }
+    return true // still encoded after four rounds: no legitimate segment is
 }
 
 /// Query parameters: a dictionary literal of `Encodable` values, or any `Encodable` value with keyed fields.

@@ -8,7 +8,8 @@ import Foundation
 public enum RequestBuildingError: Error, Equatable, CustomStringConvertible {
     /// The base URL is not an absolute http(s) URL.
     case invalidBaseURL(String)
-    /// The path cannot be part of a URL (for example it holds a `?`, a `#` or a control character).
+    /// The path cannot be part of a URL (for example it holds a `?`, a `#` or a control character), or a segment of
+    /// it would leave the base path once decoded (`.`, `..`, or one holding `/`, `\` or NUL, also percent-encoded).
     case invalidPath(String)
     /// The method is empty or holds a character a method cannot have (such as CR, LF, NUL or a space).
     case invalidMethod(String)
@@ -16,6 +17,8 @@ public enum RequestBuildingError: Error, Equatable, CustomStringConvertible {
     case invalidHeader(name: String)
     /// A file part's file does not exist or cannot be read.
     case unreadableFile(URL)
+    /// The request's URL is not http or https (libcurl would speak FTP, for one); nothing was sent.
+    case unsupportedScheme(String)
 
     /// Names the problem and the offending input.
     public var description: String {
@@ -30,6 +33,8 @@ public enum RequestBuildingError: Error, Equatable, CustomStringConvertible {
             return "The header \(name.debugDescription) has a name or value with CR, LF or NUL, or an invalid name."
         case let .unreadableFile(url):
             return "The file \(url.path) does not exist or cannot be read."
+        case let .unsupportedScheme(url):
+            return "The URL \(url.debugDescription) is not an http or https URL."
         }
     }
 }

@@ -51,6 +51,13 @@ public protocol NetworkRequest: Request {
     /// Whether the queue's ``RequestPolicies/authenticator`` applies; a login request returns `false`, so that a
     /// wrong password is not taken for an expired token. Default: `true`.
     var usesAuthenticator: Bool { get }
+    /// Replaces the queue's ``RequestPolicies/limits``. Default: `nil`, the queue's.
+    var limits: TransferLimits? { get }
+    /// Replaces the queue's ``RequestPolicies/redirectPolicy``. Default: `nil`, the queue's.
+    var redirectPolicy: RedirectPolicy? { get }
+    /// Headers, besides the queue's ``RequestPolicies/sensitiveHeaders``, that a redirect never carries to another
+    /// origin. Default: none.
+    var sensitiveHeaders: [String] { get }
 
     /// Builds the `URLRequest` to send, once per attempt (again for each retry). Call `completion` once;
     /// later calls are ignored.

@@ -92,6 +92,13 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         complete(with: outcome, fromCancel: false)
     }
 
+    /// Completes with `error` from outside the work (a deadline): like a cancellation, ``cancelWork()`` runs
+    /// before the completion is scheduled, so the work in progress is stopped. Returns whether this call completed it.
+    @discardableResult
+    final func interrupt(with error: Error) -> Bool {
+        complete(with: .failure(error), fromCancel: false, stoppingWork: true)
+    }
+
     /// `true` once an outcome (a result or the cancellation) has been claimed, slightly before ``result`` is set.
     final var hasCompleted: Bool {
         withLock { isCompleted }
@@ -179,7 +186,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     }
 
     @discardableResult
-    private func complete(with outcome: Result<Success, Error>, fromCancel: Bool, committing commit: (() throws -> Void)? = nil) -> Bool {
+    private func complete(
+        with outcome: Result<Success, Error>, fromCancel: Bool, stoppingWork: Bool = false, committing commit: (() throws -> Void)? = nil
+    ) -> Bool {
         var outcome = outcome
         let claimed: Bool = withLock {
             guard !isCompleted else { return false }
@@ -190,14 +199,14 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
             return true
         }
         if claimed {
-            deliver(outcome, fromCancel: fromCancel)
+            deliver(outcome, fromCancel: fromCancel, stoppingWork: stoppingWork)
         }
         return claimed
     }
 
     /// Maps and stores the outcome this caller has claimed, then runs the completion where it belongs.
-    private func deliver(_ outcome: Result<Success, Error>, fromCancel: Bool) {
-        if fromCancel {
+    private func deliver(_ outcome: Result<Success, Error>, fromCancel: Bool, stoppingWork: Bool = false) {
+        if fromCancel || stoppingWork {
             cancelWork()
         }
         // Set until the completion has run, which only the claimer can schedule.

@@ -23,6 +23,9 @@ public protocol RequestEventMonitor: Sendable {
     func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval)
     /// After a failed attempt, the next one will start in `delay` seconds (a retry, or a resend after a token refresh).
     func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval)
+    /// The ``RedirectPolicy`` let the attempt follow `response` to `request` (with sensitive headers removed if it
+    /// leaves the origin). Comes between ``requestWillSend(_:)`` and ``requestDidReceive(_:response:bodyBytes:duration:)``.
+    func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest)
     /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
     /// once per request, last, before its completion handler runs; after a cancellation, on a global queue.
     func requestDidFinish(_ summary: RequestSummary)
@@ -37,6 +40,8 @@ extension RequestEventMonitor {
     public func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval) {}
     /// Does nothing.
     public func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval) {}
+    /// Does nothing.
+    public func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest) {}
     /// Does nothing.
     public func requestDidFinish(_ summary: RequestSummary) {}
 }

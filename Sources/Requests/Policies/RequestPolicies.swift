@@ -4,12 +4,13 @@ import FoundationNetworking
 import Foundation
 
 /// What every request sent through a queue goes through, in this order: ``adapters``, the
-/// ``authenticator``, ``preconditions``, the send, the status check, ``validations``, ``retryPolicy``;
-/// ``monitors`` see each step.
+/// ``authenticator``, ``preconditions``, the send (under the ``limits`` and the ``redirectPolicy``), the status
+/// check, ``validations``, ``retryPolicy``; ``monitors`` see each step.
 ///
 /// Set it once per queue with `OperationQueue.requestPolicies`; a request adds its own with the
-/// ``NetworkRequest`` properties of the same names (its adapters, preconditions and validations run after the
-/// queue's; its retry policy replaces the queue's). Every default is "none".
+/// ``NetworkRequest`` properties of the same names (its adapters, preconditions, validations and sensitive headers
+/// come after the queue's; its retry policy, limits and redirect policy replace the queue's). Every default is
+/// "none", except the ``limits`` (``TransferLimits/default``) and the ``redirectPolicy`` (``RedirectPolicy/follow``).
 public struct RequestPolicies: Sendable {
     /// Change each `URLRequest` before it is sent, in order. Default: none.
     public var adapters: [RequestAdapter]
@@ -25,15 +26,26 @@ public struct RequestPolicies: Sendable {
     public var authenticator: TokenAuthenticator?
     /// Told about every attempt and every outcome, in order. Default: none.
     public var monitors: [any RequestEventMonitor]
+    /// How large a response and how slow a request may be. Default: ``TransferLimits/default`` (64 MiB in memory,
+    /// at least 1 KiB per 60 s).
+    public var limits: TransferLimits
+    /// What a redirect may do. Default: ``RedirectPolicy/follow``.
+    public var redirectPolicy: RedirectPolicy
+    /// Headers that a redirect never carries to another origin, besides `Authorization`, `Proxy-Authorization`
+    /// and `Cookie` (for example `X-Api-Key`). Names are compared without regard to case. Default: none.
+    public var sensitiveHeaders: [String]
 
-    /// Policies with the given parts; each defaults to none.
+    /// Policies with the given parts; each defaults to the documented default.
     public init(
         adapters: [RequestAdapter] = [],
         preconditions: [RequestPrecondition] = [],
         validations: [ResponseValidation] = [],
         retryPolicy: RetryPolicy? = nil,
         authenticator: TokenAuthenticator? = nil,
-        monitors: [any RequestEventMonitor] = []
+        monitors: [any RequestEventMonitor] = [],
+        limits: TransferLimits = .default,
+        redirectPolicy: RedirectPolicy = .follow,
+        sensitiveHeaders: [String] = []
     ) {
         self.adapters = adapters
         self.preconditions = preconditions
@@ -41,6 +53,9 @@ public struct RequestPolicies: Sendable {
         self.retryPolicy = retryPolicy
         self.authenticator = authenticator
         self.monitors = monitors
+        self.limits = limits
+        self.redirectPolicy = redirectPolicy
+        self.sensitiveHeaders = sensitiveHeaders
     }
 
     /// These policies with `request`'s own added.
@@ -50,6 +65,9 @@ public struct RequestPolicies: Sendable {
         policies.preconditions += request.preconditions
         policies.validations += request.validations
         policies.retryPolicy = request.retryPolicy ?? retryPolicy
+        policies.limits = request.limits ?? limits
+        policies.redirectPolicy = request.redirectPolicy ?? redirectPolicy
+        policies.sensitiveHeaders += request.sensitiveHeaders
         if !request.usesAuthenticator {
             policies.authenticator = nil
         }
@@ -68,6 +86,12 @@ extension NetworkRequest {
     public var validations: [ResponseValidation] { [] }
     /// `true`: the queue's authenticator, if any, applies.
     public var usesAuthenticator: Bool { true }
+    /// `nil`: the queue's limits apply.
+    public var limits: TransferLimits? { nil }
+    /// `nil`: the queue's redirect policy applies.
+    public var redirectPolicy: RedirectPolicy? { nil }
+    /// None: only the queue's sensitive headers.
+    public var sensitiveHeaders: [String] { [] }
 }
 
 extension OperationQueue {
@@ -111,6 +135,7 @@ final class PolicyBox: Sendable {
     func adding<R: NetworkRequest>(_ request: R) -> PolicyBox {
         let addsNothing = request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
             && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
+            && request.limits == nil && request.redirectPolicy == nil && request.sensitiveHeaders.isEmpty
         return addsNothing ? self : PolicyBox(policies.adding(request))
     }
 }

@@ -67,8 +67,8 @@ extension DownloadRequest {
 /// succeeded; this operation takes the file at once when it is complete, and otherwise finds it (see
 /// `PartialDownloads`) so that it can remove it.
 public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOperation<R>, @unchecked Sendable {
-    override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
-        let transfer = DownloadTransfer(receiver: receiver, existingFiles: PartialDownloads.existingFiles())
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
+        let transfer = DownloadTransfer(receiver: receiver, rules: rules, existingFiles: PartialDownloads.existingFiles())
         return TransferSession.task(on: session, handler: transfer) { $0.downloadTask(with: urlRequest) }
     }
 
@@ -116,12 +116,6 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         )
     }
 
-    override func discard(_ body: ResponseBody) {
-        if case let .file(file) = body {
-            try? FileManager.default.removeItem(at: file)
-        }
-    }
-
     private static func defaultDestination(for response: HTTPURLResponse) throws -> URL {
         // Linux answers "Unknown" when the response suggests no name.
         let suggested = response.suggestedFilename.flatMap { $0.isEmpty || $0 == "Unknown" ? nil : $0 }
@@ -137,12 +131,13 @@ extension String {
 }
 
 /// The callbacks of one download task. It owns the task's files until it hands the finished one to the
-/// operation, and removes them on every other path, also after the operation is gone.
-final class DownloadTransfer: TransferHandler, @unchecked Sendable {
-    private weak var receiver: (any AttemptReceiver)?
+/// operation, and removes them on every other path, also after the operation is gone. Its body limit is
+/// ``TransferLimits/maximumDownloadSize``.
+final class DownloadTransfer: AttemptTransfer, @unchecked Sendable {
+    private weak var progressReceiver: (any AttemptReceiver)?
     /// Foundation's partial files that existed before this download started, so cannot be its own.
     private let existingFiles: Set<String>
-    // Touched only on the transfer session's serial delegate queue.
+    // Touched only on the session's serial delegate queue.
     private var staged: URL?
     private var partial: String?
     private var written: Int64 = 0
@@ -152,11 +147,14 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
 
     private var isSettled = false
 
-    init(receiver: any AttemptReceiver, existingFiles: Set<String>) {
-        self.receiver = receiver
+    init(receiver: any AttemptReceiver, rules: TransferRules, existingFiles: Set<String>) {
+        self.progressReceiver = receiver
         self.existingFiles = existingFiles
+        super.init(receiver: receiver, rules: rules)
         PartialDownloads.beginSearch()
     }
+
+    override var cancelsTaskAtOnce: Bool { false }
 
     /// The file is known, taken or given up on: this download no longer makes others' files ambiguous.
     private func settle() {
@@ -165,8 +163,14 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
         PartialDownloads.endSearch()
     }
 
-    func didWrite(total: Int64, expected: Int64) {
+    override func didWrite(total: Int64, expected: Int64) {
+        moved(total - written)
         written = total
+        if let limit = rules.limits.maximumDownloadSize, total > limit || expected > limit {
+            // The task is cancelled; its partial file is removed when it completes.
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
+            return
+        }
         if partial == nil, lastSearch.map({ DispatchTime.now() > $0 + 0.05 }) ?? true {
             lastSearch = .now()
             partial = PartialDownloads.claim(written: total, excluding: existingFiles)
@@ -175,12 +179,12 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
         // Reported every 256 KiB: each report updates a Progress, and callbacks queue up while they run.
         if total - reported >= 256 * 1024 || total == expected {
             reported = total
-            receiver?.transferred(completed: total, expected: expected)
+            progressReceiver?.transferred(completed: total, expected: expected)
         }
     }
 
     /// Foundation leaves the file where it is forever, so it is moved to a name of ours at once.
-    func didFinishDownloading(to location: URL) {
+    override func didFinishDownloading(to location: URL) {
         let staged = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
         do {
             try FileManager.default.moveItem(at: location, to: staged)
@@ -193,7 +197,7 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
         settle()
     }
 
-    func didComplete(response: URLResponse?, error: Error?) {
+    override func didComplete(response: URLResponse?, error: Error?) {
         settle()
         if error != nil, staged == nil {
             PartialDownloads.remove(partial, orFind: written, excluding: existingFiles)
@@ -201,19 +205,14 @@ final class DownloadTransfer: TransferHandler, @unchecked Sendable {
             PartialDownloads.release(partial)
         }
         partial = nil
-        let receiver = self.receiver
         switch (error, staged) {
         case let (error?, staged):
             staged.map { try? FileManager.default.removeItem(at: $0) } ?? ()
-            receiver?.receive(body: .data(Data()), response: response, error: error)
+            finish(body: .data(Data()), response: response, error: error)
         case let (nil, staged?):
-            if let receiver {
-                receiver.receive(body: .file(staged), response: response, error: nil)
-            } else {
-                try? FileManager.default.removeItem(at: staged)
-            }
+            finish(body: .file(staged), response: response, error: nil)
         case (nil, nil):
-            receiver?.receive(body: .data(Data()), response: response, error: URLError(.cannotWriteToFile))
+            finish(body: .data(Data()), response: response, error: URLError(.cannotWriteToFile))
         }
     }
 }

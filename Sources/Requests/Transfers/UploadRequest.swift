@@ -60,7 +60,7 @@ extension UploadRequest where Self: NoContentRequest {
 /// Runs an ``UploadRequest`` as a task whose callbacks Requests receives (see `TransferSession`), so that the
 /// bytes sent reach ``RequestOperation/progress``.
 public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {
-    override func makeTask(for urlRequest: URLRequest, receiver: any AttemptReceiver) throws -> URLSessionTask {
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
         // User code: read outside the lock.
         guard let body = currentRequest?.uploadBody else { throw RequestQueueError.cancelled }
         var urlRequest = urlRequest
@@ -93,33 +93,6 @@ public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperatio
                 make = { [urlRequest] in $0.dataTask(with: urlRequest) }
             }
         }
-        return TransferSession.task(on: session, handler: CollectingTransfer(receiver: receiver, length: length), make)
-    }
-}
-
-/// The callbacks of a task whose response body is collected in memory: an upload's (with progress as bytes are
-/// sent), or a request's that carries credentials.
-final class CollectingTransfer: TransferHandler, @unchecked Sendable {
-    private weak var receiver: (any AttemptReceiver)?
-    /// The body's length when URLSession does not know it (a stream).
-    private let length: Int64
-    // Touched only on the transfer session's serial delegate queue.
-    private var received = Data()
-
-    init(receiver: any AttemptReceiver, length: Int64) {
-        self.receiver = receiver
-        self.length = length
-    }
-
-    func didSend(total: Int64, expected: Int64) {
-        receiver?.transferred(completed: total, expected: expected > 0 ? expected : length)
-    }
-
-    func didReceive(_ data: Data) {
-        received.append(data)
-    }
-
-    func didComplete(response: URLResponse?, error: Error?) {
-        receiver?.receive(body: .data(received), response: response, error: error)
+        return TransferSession.task(on: session, handler: MemoryTransfer(receiver: receiver, rules: rules, uploadLength: length), make)
     }
 }

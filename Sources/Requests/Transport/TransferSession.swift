@@ -3,7 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's ``TransferHandler``.
+/// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's `AttemptTransfer`.
 ///
 /// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12): the
 /// caller's session and its delegate stay in charge of everything the handler does not answer, such as
@@ -16,19 +16,18 @@ import Foundation
 /// not called. That session is invalidated once the caller's session has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
     /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
-    static func task(on base: URLSession, handler: any TransferHandler, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
+    static func task(on base: URLSession, handler: AttemptTransfer, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
         #if canImport(FoundationNetworking)
         let (session, delegate) = session(for: base)
         let task = make(session)
-        delegate.register(handler, for: task)
-        return task
         #else
         let delegate = TransferSession()
         let task = make(base)
-        delegate.register(handler, for: task)
         task.delegate = delegate
-        return task
         #endif
+        handler.attach(task)
+        delegate.register(handler, for: task)
+        return task
     }
 
     #if canImport(FoundationNetworking)
@@ -76,16 +75,16 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
     #endif
 
     private let lock = NSLock()
-    private var handlers: [Int: any TransferHandler] = [:]
+    private var handlers: [Int: AttemptTransfer] = [:]
 
     /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
-    private func register(_ handler: any TransferHandler, for task: URLSessionTask) {
+    private func register(_ handler: AttemptTransfer, for task: URLSessionTask) {
         lock.lock()
         defer { lock.unlock() }
         handlers[task.taskIdentifier] = handler
     }
 
-    private func handler(for task: URLSessionTask, removing: Bool = false) -> (any TransferHandler)? {
+    private func handler(for task: URLSessionTask, removing: Bool = false) -> AttemptTransfer? {
         lock.lock()
         defer { lock.unlock() }
         return removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier]
@@ -93,6 +92,21 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
         handler(for: task)?.didSend(total: totalBytesSent, expected: totalBytesExpectedToSend)
+    }
+
+    func urlSession(
+        _ session: URLSession,
+        dataTask: URLSessionDataTask,
+        didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        let handler = handler(for: dataTask)
+        let accepted = handler?.shouldAccept(response) ?? true
+        completionHandler(accepted ? .allow : .cancel)
+        if !accepted {
+            // Linux ignores `.cancel`, and a cancel that arrives before it has taken the answer as well.
+            cancelSoon(dataTask)
+        }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -116,8 +130,8 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
     }
     #endif
 
-    /// A redirect to another origin (scheme, host or port) drops `Authorization`, `Proxy-Authorization` and
-    /// `Cookie`: URLSession on Linux would send them to the new host.
+    /// The request's ``RedirectPolicy`` rules on each redirect (URLSession on Linux would forward every header to
+    /// another host, and turn a redirect to `file:` into a path on the first one).
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,
@@ -125,31 +139,22 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
-        let redirected = Self.redirect(request, from: task.currentRequest?.url ?? response.url)
+        guard let handler = handler(for: task) else {
+            completionHandler(nil)
+            return
+        }
+        let redirected = handler.willRedirect(response, to: request, from: task.currentRequest?.url ?? response.url)
         #if canImport(FoundationNetworking)
         completionHandler(redirected)
         #else
-        // The caller's session delegate has the last word, as it would without Requests.
-        guard let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
+        // The caller's session delegate has the last word on a redirect Requests allows, as it would without Requests.
+        guard let redirected, let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
             completionHandler(redirected)
             return
         }
         callerDelegate.urlSession?(session, task: task, willPerformHTTPRedirection: response, newRequest: redirected, completionHandler: completionHandler)
             ?? completionHandler(redirected)
         #endif
-    }
-
-    static func redirect(_ request: URLRequest, from previous: URL?) -> URLRequest {
-        func origin(_ url: URL?) -> String? {
-            guard let url, let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
-            return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
-        }
-        guard origin(request.url) != origin(previous) || origin(previous) == nil else { return request }
-        var request = request
-        for field in ["Authorization", "Proxy-Authorization", "Cookie"] {
-            request.setValue(nil, forHTTPHeaderField: field)
-        }
-        return request
     }
 
     #if canImport(FoundationNetworking)
@@ -173,20 +178,4 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         handler(for: task, removing: true)?.didComplete(response: task.response, error: error)
     }
-}
-
-/// One transfer's callbacks, all on the delegate queue of the session the task runs on.
-protocol TransferHandler: AnyObject, Sendable {
-    func didSend(total: Int64, expected: Int64)
-    func didReceive(_ data: Data)
-    func didWrite(total: Int64, expected: Int64)
-    func didFinishDownloading(to location: URL)
-    func didComplete(response: URLResponse?, error: Error?)
-}
-
-extension TransferHandler {
-    func didSend(total: Int64, expected: Int64) {}
-    func didReceive(_ data: Data) {}
-    func didWrite(total: Int64, expected: Int64) {}
-    func didFinishDownloading(to location: URL) {}
 }

@@ -20,6 +20,14 @@ final class FaultMatrixTests: XCTestCase {
         return URLSession(configuration: configuration)
     }()
 
+    /// The default timeouts, for a gzip bomb: inflating it in a debug build (or under ThreadSanitizer) can leave
+    /// the socket idle for more than a second.
+    private static let patientSession: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        return URLSession(configuration: configuration)
+    }()
+
     enum Fault: String, CaseIterable {
         case connectionRefused = "connection refused"
         case resetBeforeHeaders = "reset before the headers"
@@ -34,6 +42,14 @@ final class FaultMatrixTests: XCTestCase {
         case htmlPageWithSuccess = "HTML page with a 200 for a JSON request"
         case bodyOnNoContent = "body on a no-content request"
         case redirectLoop = "redirect loop"
+        case hugeContentLength = "3 GiB Content-Length"
+        case endlessChunked = "endless chunked body"
+        case gzipBomb = "gzip bomb, 1.6 MB inflating to 256 MiB"
+        case trickleForever = "1 byte every 200 ms, forever (minimum speed 1,000 B/s)"
+        case pastDeadline = "endless trickle past a 1.5 s deadline"
+        case redirectToFile = "redirect to file:///etc/passwd"
+        case redirectChainSameOrigin = "5 redirects on one origin, .sameOrigin"
+        case redirectRefused = "a 302 under .refuse"
     }
 
     enum Kind: String, CaseIterable {
@@ -63,6 +79,33 @@ final class FaultMatrixTests: XCTestCase {
         case .htmlPageWithSuccess: return server.url("/fault/html-page")
         case .bodyOnNoContent: return server.url("/json")
         case .redirectLoop: return server.url("/fault/redirect-loop")
+        case .hugeContentLength: return server.url("/bytes/3221225472")
+        // 64 KiB a millisecond: at full speed an in-process server starves the session on Linux (docs/reliability.md).
+        case .endlessChunked: return server.url("/hostile/endless?chunk=65536&interval=1")
+        case .gzipBomb: return server.url("/hostile/gzip-bomb/268435456")
+        case .trickleForever, .pastDeadline: return server.url("/hostile/endless?chunk=1&interval=200")
+        case .redirectToFile: return server.url("/hostile/redirect?to=file:///etc/passwd")
+        case .redirectChainSameOrigin: return server.url("/hostile/redirect-chain/5")
+        case .redirectRefused: return server.url("/hostile/redirect?to=/json")
+        }
+    }
+
+    /// The queue's policies for a fault: the defaults, but downloads limited like bodies in memory where the body
+    /// is endless, and the speed, deadline and redirect rows with the rule they test.
+    private func policies(for fault: Fault) -> RequestPolicies {
+        switch fault {
+        case .hugeContentLength, .endlessChunked, .gzipBomb:
+            return RequestPolicies(limits: TransferLimits(maximumDownloadSize: TransferLimits.defaultMaximumBodySize))
+        case .trickleForever:
+            return RequestPolicies(limits: TransferLimits(minimumSpeed: MinimumSpeed(bytes: 1000, seconds: 1)))
+        case .pastDeadline:
+            return RequestPolicies(limits: TransferLimits(deadline: 1.5, minimumSpeed: nil))
+        case .redirectChainSameOrigin:
+            return RequestPolicies(redirectPolicy: .sameOrigin)
+        case .redirectRefused:
+            return RequestPolicies(redirectPolicy: .refuse)
+        default:
+            return RequestPolicies()
         }
     }
 
@@ -80,11 +123,9 @@ final class FaultMatrixTests: XCTestCase {
         case .contentLengthLargerThanBody, .invalidChunkedEncoding: return urlError(.unknown)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:
-            switch kind {
-            case .decodable: return decoding
-            case .noContent: return nonEmpty
-            case .data, .download, .upload: return nil
-            }
+            // Bodies held in memory stop at the 64 MiB default limit; a download writes its file.
+            let tooLarge: (Error) -> Bool = { ($0 as? TransferLimitError) == .responseTooLarge(limit: TransferLimits.defaultMaximumBodySize) }
+            return kind == .download ? nil : tooLarge
         case .invalidJSON, .htmlPageWithSuccess:
             switch kind {
             case .decodable: return decoding
@@ -94,7 +135,14 @@ final class FaultMatrixTests: XCTestCase {
         case .bodyOnNoContent:
             return kind == .noContent ? nonEmpty : nil
         case .htmlErrorPage: return status(500)
-        case .redirectLoop: return urlError(.httpTooManyRedirects)
+        case .redirectLoop: return { ($0 as? RedirectError) == .tooManyRedirects(limit: 10) }
+        case .hugeContentLength, .endlessChunked, .gzipBomb:
+            return { ($0 as? TransferLimitError) == .responseTooLarge(limit: TransferLimits.defaultMaximumBodySize) }
+        case .trickleForever: return { ($0 as? TransferLimitError) == .tooSlow(MinimumSpeed(bytes: 1000, seconds: 1)) }
+        case .pastDeadline: return { ($0 as? TransferLimitError) == .deadlineExceeded(1.5) }
+        case .redirectToFile: return { ($0 as? RedirectError) == .unsupportedScheme("file:///etc/passwd") }
+        case .redirectChainSameOrigin: return kind == .noContent ? nonEmpty : nil
+        case .redirectRefused: return status(302)
         }
     }
 
@@ -102,6 +150,8 @@ final class FaultMatrixTests: XCTestCase {
     private func run(_ fault: Fault, _ kind: Kind) -> String {
         let url = url(for: fault)
         let queue = OperationQueue()
+        queue.requestPolicies = policies(for: fault)
+        defer { queue.requestPolicies = RequestPolicies() }
         let results = Recorder<Result<Void, Error>>()
         let before = transferLeftovers()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("faults-\(UUID().uuidString)")
@@ -127,7 +177,8 @@ final class FaultMatrixTests: XCTestCase {
                 queue.isSuspended = true
                 defer { queue.isSuspended = false }
                 func add<R: DataRequest>(_ request: R) -> Operation {
-                    let operation = queue.addRequest(request, session: Self.session) { record($0.map { _ in }.mapError { $0 as Error }) }
+                    let session = fault == .gzipBomb ? Self.patientSession : Self.session
+                    let operation = queue.addRequest(request, session: session) { record($0.map { _ in }.mapError { $0 as Error }) }
                     (operation as? DataRequestOperation<R>)?.observeTasks(observeTasks)
                     return operation
                 }
@@ -178,6 +229,8 @@ final class FaultMatrixTests: XCTestCase {
             default: return "\(error)"
             }
         case is DecodingError: return "DecodingError"
+        case let error as TransferLimitError: return "\(error)"
+        case let error as RedirectError: return "\(error)"
         default: return String(describing: type(of: error))
         }
     }

@@ -160,7 +160,7 @@ final class DownloadTests: XCTestCase {
         operations.forEach { $0.cancel() }
         waitUntil("the completions") { results.count == 6 }
         // Then none left a file
-        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation == true })
+        XCTAssertTrue(results.values.allSatisfy { $0.failure?.isRequestCancellation == true }, "\(results.values)")
         assertNoLeftovers()
     }
 

@@ -1,0 +1,118 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// What a request does when the server redirects it. Whatever the rule, a redirect to anything but http or
+/// https fails with ``RedirectError/unsupportedScheme(_:)``, more than ``maximumRedirects`` fail with
+/// ``RedirectError/tooManyRedirects(limit:)``, and a redirect that leaves the origin (scheme, host, port; so
+/// also https to http) never carries `Authorization`, `Proxy-Authorization`, `Cookie` or a header named in
+/// ``RequestPolicies/sensitiveHeaders``.
+///
+/// Set it for a queue with ``RequestPolicies/redirectPolicy``; a request replaces it with its own
+/// ``NetworkRequest/redirectPolicy``. Monitors see each redirect followed
+/// (``RequestEventMonitor/requestWillRedirect(_:response:to:)``).
+public struct RedirectPolicy: Sendable {
+    enum Rule: Sendable {
+        case follow, refuse, sameOrigin
+        case custom(@Sendable (URLRequest, HTTPURLResponse) -> URLRequest?)
+    }
+
+    let rule: Rule
+    /// The most redirects one attempt follows. Default: 10.
+    public var maximumRedirects: Int
+
+    init(_ rule: Rule, maximumRedirects: Int = 10) {
+        self.rule = rule
+        self.maximumRedirects = maximumRedirects
+    }
+
+    /// Follows every http(s) redirect, without the sensitive headers when the origin changes. The default.
+    public static let follow = RedirectPolicy(.follow)
+    /// Follows none: the 3xx response is the response, and goes to the status check (a 302 fails with
+    /// ``RequestQueueError/invalidStatusCode(statusCode:response:body:)`` unless the request accepts it).
+    public static let refuse = RedirectPolicy(.refuse)
+    /// Follows redirects within the request's origin; one to another origin is treated as ``refuse``.
+    public static let sameOrigin = RedirectPolicy(.sameOrigin)
+
+    /// Asks `decide` about each redirect: it gets the request URLSession would send next (sensitive headers already
+    /// removed if the origin changes) and the 3xx response, and returns the request to send, or `nil` to stop as
+    /// ``refuse`` does. Headers it adds are removed again if they are sensitive and the origin changed.
+    public static func custom(_ decide: @escaping @Sendable (_ next: URLRequest, _ response: HTTPURLResponse) -> URLRequest?) -> RedirectPolicy {
+        RedirectPolicy(.custom(decide))
+    }
+
+    /// This policy, following at most `count` redirects per attempt.
+    public func maximumRedirects(_ count: Int) -> RedirectPolicy {
+        RedirectPolicy(rule, maximumRedirects: count)
+    }
+}
+
+/// Why a redirect was not followed.
+public enum RedirectError: Error, Equatable, CustomStringConvertible {
+    /// The server redirected to a URL that is not http or https (such as `file:///etc/passwd`), or to no valid URL.
+    case unsupportedScheme(String)
+    /// More redirects than ``RedirectPolicy/maximumRedirects``.
+    case tooManyRedirects(limit: Int)
+
+    /// Names the problem.
+    public var description: String {
+        switch self {
+        case let .unsupportedScheme(location):
+            return "The server redirected to \(location.debugDescription), which is not an http or https URL."
+        case let .tooManyRedirects(limit):
+            return "The server redirected more than \(limit) times."
+        }
+    }
+}
+
+extension RedirectPolicy {
+    /// The headers a request never carries to another origin, whatever the policy.
+    static let alwaysSensitive = ["Authorization", "Proxy-Authorization", "Cookie"]
+
+    /// The request to send after `response` redirected `previous` (whose URL is `previousURL`) to `next`, or why
+    /// not; `.success(nil)` hands the 3xx response to the status check. `hops` counts this redirect.
+    func ruling(
+        next: URLRequest, response: HTTPURLResponse, previousURL: URL?, hops: Int, sensitiveHeaders: [String]
+    ) -> Result<URLRequest?, RedirectError> {
+        // The Location header, not `next.url`: URLSession on Linux turns `file:///etc/passwd` into a path on the
+        // first origin.
+        let location = response.value(forHTTPHeaderField: "Location") ?? ""
+        guard let target = URL(string: location, relativeTo: response.url ?? previousURL)?.absoluteURL,
+              let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let nextScheme = next.url?.scheme?.lowercased(), nextScheme == "http" || nextScheme == "https"
+        else { return .failure(.unsupportedScheme(location)) }
+        guard hops <= maximumRedirects else { return .failure(.tooManyRedirects(limit: maximumRedirects)) }
+        let crossesOrigin = Self.origin(of: next.url) != Self.origin(of: previousURL)
+        let stripped = crossesOrigin ? Self.removing(Self.alwaysSensitive + sensitiveHeaders, from: next) : next
+        switch rule {
+        case .follow:
+            return .success(stripped)
+        case .refuse:
+            return .success(nil)
+        case .sameOrigin:
+            return .success(crossesOrigin ? nil : next)
+        case let .custom(decide):
+            guard let decided = decide(stripped, response) else { return .success(nil) }
+            guard let decidedScheme = decided.url?.scheme?.lowercased(), decidedScheme == "http" || decidedScheme == "https" else {
+                return .failure(.unsupportedScheme(decided.url?.absoluteString ?? ""))
+            }
+            let leaves = Self.origin(of: decided.url) != Self.origin(of: previousURL)
+            return .success(leaves ? Self.removing(Self.alwaysSensitive + sensitiveHeaders, from: decided) : decided)
+        }
+    }
+
+    /// `scheme://host:port`, lowercased, with the scheme's default port; `nil` without a host.
+    static func origin(of url: URL?) -> String? {
+        guard let url, let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
+        return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
+    }
+
+    private static func removing(_ fields: [String], from request: URLRequest) -> URLRequest {
+        var request = request
+        for field in fields {
+            request.setValue(nil, forHTTPHeaderField: field)
+        }
+        return request
+    }
+}

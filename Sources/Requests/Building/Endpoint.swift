@@ -197,17 +197,48 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     }
 }
 
-/// Whether a path segment, decoded as often as it decodes, is `.` or `..` or holds `/`, `\` or NUL.
+/// Whether a path segment would leave the base path once a server decodes it: decoded as often as it decodes (each
+/// valid `%HH`, leaving any other `%` as it is), it is `.` or `..`, holds `/`, `\` or NUL, or is `..` before a `;`
+/// (Tomcat and Spring drop path parameters after decoding).
 private func leavesBasePath(_ segment: Substring) -> Bool {
-    var decoded = String(segment)
+    var bytes = Array(segment.utf8)
     for _ in 0..<4 {
-        if decoded == "." || decoded == ".." || decoded.unicodeScalars.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\0" }) {
+        let name = bytes.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
+        if bytes.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") || $0 == 0 })
+            || [[UInt8(ascii: ".")], [UInt8(ascii: "."), UInt8(ascii: ".")]].contains(Array(name)) {
             return true
         }
-        guard let next = decoded.removingPercentEncoding, next != decoded else { return false }
-        decoded = next
+        let decoded = percentDecoded(bytes)
+        guard decoded != bytes else { return false }
+        bytes = decoded
     }
     return true // still encoded after four rounds: no legitimate segment is
+}
+
+/// `bytes` with each `%` and two hex digits replaced by the byte they stand for; any other `%` is kept.
+private func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
+    func hex(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+    var result: [UInt8] = []
+    result.reserveCapacity(bytes.count)
+    var index = 0
+    while index < bytes.count {
+        if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
+           let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2]) {
+            result.append(high << 4 | low)
+            index += 3
+        } else {
+            result.append(bytes[index])
+            index += 1
+        }
+    }
+    return result
 }
 
 /// Query parameters: a dictionary literal of `Encodable` values, or any `Encodable` value with keyed fields.

@@ -90,7 +90,8 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             run.startTime = .now()
             return policies.limits.deadline
         }) else { return }
-        if let deadline {
+        if let deadline, !deadline.isNaN {
+            let deadline = min(max(deadline, 0), 1e9)
             let timer = DispatchSource.makeTimerSource(queue: .global())
             timer.schedule(deadline: .now() + deadline, leeway: .milliseconds(10))
             let receiver: any AttemptReceiver = self
@@ -161,6 +162,7 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
         // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
         let task: URLSessionTask
         do {
+            try TransferSession.checkSupported(session)
             task = try makeTask(for: urlRequest, rules: rules, receiver: self)
         } catch {
             complete(with: .failure(error))

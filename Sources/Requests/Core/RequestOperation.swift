@@ -12,9 +12,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// A completion handler.
     public typealias Completion = (Result<Success, Failure>) -> Void
 
-    /// Where the completion handler runs. `nil` runs it on the thread that produced the outcome
-    /// (the session's delegate queue for a response), or on a global queue after a cancellation,
-    /// so that user code never runs inside `cancel()`.
+    /// Where the completion handler runs. `nil` runs it on the thread that produced the outcome (a global
+    /// queue for a response, where its body was processed off the session's delegate queue), or on a global queue
+    /// after a cancellation, so that user code never runs inside `cancel()`.
     public let completionQueue: DispatchQueue?
 
     // All guarded by the lock of `AsyncOperation`.

@@ -108,7 +108,7 @@ extension RedirectPolicy {
         return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
     }
 
-    private static func removing(_ fields: [String], from request: URLRequest) -> URLRequest {
+    static func removing(_ fields: [String], from request: URLRequest) -> URLRequest {
         var request = request
         for field in fields {
             request.setValue(nil, forHTTPHeaderField: field)

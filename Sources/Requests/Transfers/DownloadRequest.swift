@@ -154,8 +154,6 @@ final class DownloadTransfer: AttemptTransfer, @unchecked Sendable {
         PartialDownloads.beginSearch()
     }
 
-    override var cancelsTaskAtOnce: Bool { false }
-
     /// The file is known, taken or given up on: this download no longer makes others' files ambiguous.
     private func settle() {
         guard !isSettled else { return }
@@ -164,6 +162,10 @@ final class DownloadTransfer: AttemptTransfer, @unchecked Sendable {
     }
 
     override func didWrite(total: Int64, expected: Int64) {
+        guard !hasEnded else {
+            receivedAfterStop()
+            return
+        }
         moved(total - written)
         written = total
         if let limit = rules.limits.maximumDownloadSize, total > limit || expected > limit {

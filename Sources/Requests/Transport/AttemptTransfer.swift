@@ -28,9 +28,11 @@ class AttemptTransfer: @unchecked Sendable {
     /// Guards the state below and the subclasses' state.
     let lock = NSLock()
     private weak var task: URLSessionTask?
-    /// Whether the outcome has been handed on (or a rule ended the attempt). Read it under the lock.
-    private(set) var isOver = false
+    /// Whether the outcome has been handed on (or a rule ended the attempt).
+    fileprivate var isOver = false
     private var redirects = 0
+    /// When the task was last cancelled, after a rule ended the attempt.
+    private var lastCancel: DispatchTime?
     /// Why the attempt fails once its task completes (a redirect refused with an error).
     private var failureAtCompletion: Error?
     /// Bytes sent and received so far, and at the start of the current speed window.
@@ -41,6 +43,13 @@ class AttemptTransfer: @unchecked Sendable {
     init(receiver: any AttemptReceiver, rules: TransferRules) {
         self.receiver = receiver
         self.rules = rules
+    }
+
+    /// Whether the outcome has been handed on, or a rule ended the attempt.
+    final var hasEnded: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return isOver
     }
 
     /// The task whose callbacks this receives, set before it is resumed.
@@ -65,12 +74,12 @@ class AttemptTransfer: @unchecked Sendable {
         lock.lock()
         let isHead = task?.currentRequest?.httpMethod == "HEAD"
         lock.unlock()
-        // A HEAD response announces the length of a body it does not send.
-        if let limit = rules.limits.maximumBodySize, response.expectedContentLength > limit, !isHead {
-            // Linux ignores the `.cancel` answer (a 3 GiB body then arrived whole, in 12.8 s), so the session
-            // delegate also cancels the task a moment after it has answered: a cancel before the answer was ignored
-            // as well, and one inside this callback deadlocks.
-            stop(with: TransferLimitError.responseTooLarge(limit: limit), cancellingTask: false)
+        // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 200
+        let hasBody = !isHead && status >= 200 && status != 204 && status != 304
+        if let limit = rules.limits.maximumBodySize, response.expectedContentLength > limit, hasBody {
+            // Linux ignores the `.cancel` answer (see `TransferSession`), so the task is cancelled too.
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
             return false
         }
         return true
@@ -99,9 +108,26 @@ class AttemptTransfer: @unchecked Sendable {
         }
     }
 
+    /// `request` if it may be sent after a redirect from `previousURL`, without the sensitive headers if it leaves
+    /// the origin; `nil` for a scheme other than http(s).
+    final func enforceRules(on request: URLRequest, from previousURL: URL?) -> URLRequest? {
+        guard let scheme = request.url?.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return nil }
+        return RedirectPolicy.origin(of: request.url) == RedirectPolicy.origin(of: previousURL)
+            ? request
+            : RedirectPolicy.removing(RedirectPolicy.alwaysSensitive + rules.sensitiveHeaders, from: request)
+    }
+
     // MARK: - For subclasses
 
     /// Counts bytes that moved either way, for the minimum-speed rule.
+    /// The request body has been sent: the server may now think as long as it likes before it answers (URLSession's
+    /// timeout still applies), so the speed window waits for the response's headers.
+    final func bodySent() {
+        lock.lock()
+        windowStart = nil
+        lock.unlock()
+    }
+
     final func moved(_ bytes: Int64) {
         startWindowIfNeeded()
         lock.lock()
@@ -130,30 +156,32 @@ class AttemptTransfer: @unchecked Sendable {
     /// Ends the attempt with `error` at once, and cancels the task: at once, not after `cancelSoon`'s wait, because
     /// it is in the middle of its body, the moment furthest from its completion (cancelling a task as it completes
     /// crashes Foundation on Linux).
-    final func stop(with error: Error, cancellingTask: Bool = true) {
+    final func stop(with error: Error) {
         let claimed = claim()
         guard claimed.first else { return }
         dropBody()
         deliver(body: .data(Data()), response: claimed.task?.response, error: error)
-        if cancellingTask { cancelTask() }
+        cancelTask()
     }
 
-    /// Cancels the task from another thread.
+    /// Bytes arrived after a rule ended the attempt: the cancel was ignored (Linux ignores one that comes too early,
+    /// such as a download's at its first write), so the task is cancelled again, at most every half second.
+    final func receivedAfterStop() {
+        lock.lock()
+        let again = lastCancel.map { DispatchTime.now() > $0 + 0.5 } ?? false
+        lock.unlock()
+        if again { cancelTask() }
+    }
+
+    /// Cancels the task with `cancelSoon`: never inside a callback (that deadlocks on Linux), and not at once,
+    /// since the body may be about to end (cancelling a task as it completes crashes Foundation on Linux).
     private func cancelTask() {
         lock.lock()
         let task = self.task
+        lastCancel = .now()
         lock.unlock()
-        guard let task else { return }
-        if cancelsTaskAtOnce {
-            DispatchQueue.global().async { task.cancel() }
-        } else {
-            cancelSoon(task)
-        }
+        if let task { cancelSoon(task) }
     }
-
-    /// Whether ``stop(with:)`` cancels the task at once. Download tasks override it: on Linux, one cancelled at its
-    /// first write went on to the end of a 3 GiB body; 50 ms later it stopped within 1 to 2 s.
-    var cancelsTaskAtOnce: Bool { true }
 
     /// Lets go of what the body holds so far, after a rule ended the attempt.
     func dropBody() {}
@@ -162,13 +190,13 @@ class AttemptTransfer: @unchecked Sendable {
 
     /// Checks the current window (called about once a second by the watchdog); returns whether to keep watching.
     final func checkSpeed(now: DispatchTime) -> Bool {
-        guard let speed = rules.limits.minimumSpeed else { return false }
+        guard let speed = rules.limits.minimumSpeed, speed.seconds.isFinite, speed.seconds > 0 else { return false }
         lock.lock()
         guard !isOver, let start = windowStart else {
             lock.unlock()
             return !isOver
         }
-        guard now.uptimeNanoseconds &- start.uptimeNanoseconds >= UInt64(speed.seconds * 1e9) else {
+        guard now.uptimeNanoseconds &- start.uptimeNanoseconds >= UInt64(min(speed.seconds, 1e9) * 1e9) else {
             lock.unlock()
             return true
         }
@@ -235,6 +263,8 @@ final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
         sent = total
         lock.unlock()
         moved(total - sentBefore)
+        let length = expected > 0 ? expected : (uploadLength ?? -1)
+        if length > 0, total >= length { bodySent() }
         if let uploadLength {
             progressReceiver?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
         }
@@ -246,8 +276,9 @@ final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
         moved(Int64(data.count))
         lock.lock()
         guard !isOver else {
-            // Chunks already queued when a rule ended the attempt.
+            // Chunks already queued when a rule ended the attempt, or a body that a refusal at its headers did not stop.
             lock.unlock()
+            receivedAfterStop()
             return
         }
         let fits = rules.limits.maximumBodySize.map { Int64(received.count + data.count) <= $0 } ?? true

@@ -7,44 +7,62 @@ import Foundation
 ///
 /// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12): the
 /// caller's session and its delegate stay in charge of everything the handler does not answer, such as
-/// authentication challenges and metrics.
+/// authentication challenges and metrics. A caller's session with a concurrent delegate queue is the exception: its
+/// callbacks could overlap, so its tasks run as on Linux.
 ///
 /// On Linux, per-task delegates are accepted and ignored, and byte counts arrive only through session-delegate
 /// callbacks for tasks made without a completion handler. So a task runs on a session Requests creates once per
 /// caller session, with that session's configuration (headers, timeouts, cookies, cache, protocol classes) but
-/// this delegate. The caller session's delegate still answers authentication challenges; its other callbacks are
-/// not called. That session is invalidated once the caller's session has been released.
+/// this delegate and a serial delegate queue. The caller session's delegate still answers authentication
+/// challenges; its other callbacks are not called. Such a session is invalidated (after its tasks finish) the next
+/// time Requests derives one, once the caller's session it came from has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
+    /// Throws ``RequestQueueError/misuse(_:)`` for a background session, whose tasks cannot have a delegate of their own.
+    static func checkSupported(_ base: URLSession) throws {
+        guard base.configuration.identifier == nil else {
+            throw RequestQueueError.misuse("background URLSessions are not supported: their tasks cannot report to Requests")
+        }
+    }
+
     /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
     static func task(on base: URLSession, handler: AttemptTransfer, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
+        let delegate: TransferSession
+        let task: URLSessionTask
         #if canImport(FoundationNetworking)
-        let (session, delegate) = session(for: base)
-        let task = make(session)
+        (task, delegate) = derivedTask(on: base, make)
         #else
-        let delegate = TransferSession()
-        let task = make(base)
-        task.delegate = delegate
+        if base.delegateQueue.maxConcurrentOperationCount == 1 {
+            delegate = TransferSession()
+            task = make(base)
+            task.delegate = delegate
+        } else {
+            (task, delegate) = derivedTask(on: base, make)
+        }
         #endif
         handler.attach(task)
         delegate.register(handler, for: task)
         return task
     }
 
-    #if canImport(FoundationNetworking)
+    private static func derivedTask(on base: URLSession, _ make: (URLSession) -> URLSessionTask) -> (URLSessionTask, TransferSession) {
+        let (session, delegate) = session(for: base)
+        return (make(session), delegate)
+    }
+
     private struct Entry {
         weak var base: URLSession?
         let session: URLSession
         let delegate: TransferSession
     }
 
-    /// The caller's session, whose delegate still answers authentication challenges (for example certificate
-    /// pinning) for the tasks that run here.
+    /// The caller's session, for a derived session: its delegate still answers authentication challenges (for
+    /// example certificate pinning) for the tasks that run here.
     private weak var base: URLSession?
 
     private static let sessionsLock = NSLock()
     nonisolated(unsafe) private static var sessions: [ObjectIdentifier: Entry] = [:]
 
-    /// The transfer session for `base`, and its delegate, created on first use.
+    /// The session derived from `base`, and its delegate, created on first use.
     static func session(for base: URLSession) -> (URLSession, TransferSession) {
         sessionsLock.lock()
         if let entry = sessions[ObjectIdentifier(base)], entry.base === base {
@@ -56,8 +74,8 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         released.keys.forEach { sessions[$0] = nil }
         let delegate = TransferSession()
         delegate.base = base
-        // The caller's delegate queue, so that completions without a completion queue run where the caller's own
-        // requests do; but a serial one, because each transfer's state lives on it.
+        // The caller's delegate queue, so that callbacks run where the caller's own do; but a serial one, because
+        // each transfer's state lives on it.
         let queue: OperationQueue
         if base.delegateQueue.maxConcurrentOperationCount == 1 {
             queue = base.delegateQueue
@@ -72,7 +90,6 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         released.values.forEach { $0.session.finishTasksAndInvalidate() }
         return (session, delegate)
     }
-    #endif
 
     private let lock = NSLock()
     private var handlers: [Int: AttemptTransfer] = [:]
@@ -100,13 +117,16 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        let handler = handler(for: dataTask)
-        let accepted = handler?.shouldAccept(response) ?? true
+        let accepted = handler(for: dataTask)?.shouldAccept(response) ?? true
+        #if canImport(FoundationNetworking)
+        // corelibs ignores `.cancel` (a 3 GiB body then arrived whole), and in probes a task answered with it often
+        // ignored the cancel that followed as well; one answered `.allow` stopped within 44 ms of it. A refused
+        // response has been cancelled by its transfer already.
+        _ = accepted
+        completionHandler(.allow)
+        #else
         completionHandler(accepted ? .allow : .cancel)
-        if !accepted {
-            // Linux ignores `.cancel`, and a cancel that arrives before it has taken the answer as well.
-            cancelSoon(dataTask)
-        }
+        #endif
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -126,7 +146,13 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
     /// authentication challenge) gets a new one where the body can be reopened, and otherwise fails. (Linux
     /// re-sends no streamed body: it drops the body on a 307 or 308.)
     func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
-        completionHandler(task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream))
+        if let reopened = task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream) {
+            completionHandler(reopened)
+            return
+        }
+        // A stream of the caller's own: the caller's delegate may know how to make it again.
+        let callerDelegate = (base ?? session).delegate as? URLSessionTaskDelegate
+        callerDelegate?.urlSession?(base ?? session, task: task, needNewBodyStream: completionHandler) ?? completionHandler(nil)
     }
     #endif
 
@@ -143,17 +169,20 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
             completionHandler(nil)
             return
         }
-        let redirected = handler.willRedirect(response, to: request, from: task.currentRequest?.url ?? response.url)
+        let previousURL = task.currentRequest?.url ?? response.url
+        let redirected = handler.willRedirect(response, to: request, from: previousURL)
         #if canImport(FoundationNetworking)
         completionHandler(redirected)
         #else
-        // The caller's session delegate has the last word on a redirect Requests allows, as it would without Requests.
-        guard let redirected, let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
+        // The caller's session delegate has the last word on a redirect Requests allows, as it would without Requests;
+        // what it returns is held to the same rules (no other scheme, no sensitive header to another origin).
+        guard base == nil, let redirected, let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
             completionHandler(redirected)
             return
         }
-        callerDelegate.urlSession?(session, task: task, willPerformHTTPRedirection: response, newRequest: redirected, completionHandler: completionHandler)
-            ?? completionHandler(redirected)
+        callerDelegate.urlSession?(session, task: task, willPerformHTTPRedirection: response, newRequest: redirected) { decided in
+            completionHandler(decided.flatMap { handler.enforceRules(on: $0, from: previousURL) })
+        } ?? completionHandler(redirected)
         #endif
     }
 

@@ -79,7 +79,8 @@ final class FaultMatrixTests: XCTestCase {
         case .htmlPageWithSuccess: return server.url("/fault/html-page")
         case .bodyOnNoContent: return server.url("/json")
         case .redirectLoop: return server.url("/fault/redirect-loop")
-        case .hugeContentLength: return server.url("/bytes/3221225472")
+        // Paced like the endless body: unpaced, the in-process server starves the session (docs/reliability.md).
+        case .hugeContentLength: return server.url("/trickle/3221225472?chunk=65536&interval=1")
         // 64 KiB a millisecond: at full speed an in-process server starves the session on Linux (docs/reliability.md).
         case .endlessChunked: return server.url("/hostile/endless?chunk=65536&interval=1")
         case .gzipBomb: return server.url("/hostile/gzip-bomb/268435456")

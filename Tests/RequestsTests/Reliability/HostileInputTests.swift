@@ -149,6 +149,8 @@ final class HostileInputTests: XCTestCase {
         let escaping = [
             "%2e%2e/%2e%2e/admin", "%2E%2E/admin", ".%2e/admin", "%2e./admin", "..%2fadmin", "..%2Fadmin", "a%2fb",
             "%5c..%5cadmin", "..%5Cadmin", "a\\b", "%00x", "x%00", "%252e%252e/admin", "%2e", "users/%2e%2e",
+            // A stray `%` must not hide the escapes beside it, and `..;` is `..` to Tomcat and Spring.
+            "..%2f%", "%2e%2e%2fadmin%", "%00%", "..;/admin", "%2e%2e;x/admin",
         ]
         for path in escaping {
             XCTAssertThrowsError(try api.get(path).url(), path) { error in
@@ -156,7 +158,7 @@ final class HostileInputTests: XCTestCase {
             }
         }
         // Escapes that decode to ordinary characters, and dots inside a name, stay allowed
-        for path in ["a%20b", "v1.2/file.json", "..a", "a..", "%41%42", "50%off"] {
+        for path in ["a%20b", "v1.2/file.json", "..a", "a..", "%41%42", "50%off", "100%", "a;b", "...;"] {
             XCTAssertNoThrow(try api.get(path).url(), path)
         }
     }

@@ -15,8 +15,8 @@ public struct TransferLimits: Sendable, Equatable {
 
     /// The most bytes of a response body held in memory, counted after decompression (a 1 MB gzip body that
     /// inflates to 1 GiB stops at this limit, not at its wire size). A `Content-Length` above it fails when the
-    /// headers arrive, before any of the body is read. Also bounds the body a download's status error carries.
-    /// Default: ``defaultMaximumBodySize`` (64 MiB); `nil` is unlimited.
+    /// headers arrive, before any of the body is read (not for HEAD, 204 or 304, which send no body). Default:
+    /// ``defaultMaximumBodySize`` (64 MiB); `nil` is unlimited.
     public var maximumBodySize: Int64?
     /// The most bytes a download writes to its file. Default: `nil`, unlimited.
     public var maximumDownloadSize: Int64?
@@ -49,8 +49,9 @@ public struct TransferLimits: Sendable, Equatable {
 }
 
 /// The slowest a transfer may go, like curl's `--speed-limit` and `--speed-time`: fewer than ``bytes`` in any
-/// window of ``seconds`` fails with ``TransferLimitError/tooSlow(_:)``. Windows start when the first byte is sent
-/// or the response's headers arrive, whichever is first, and are checked about once a second.
+/// window of ``seconds`` fails with ``TransferLimitError/tooSlow(_:)``. Windows start when the first byte is sent,
+/// pause once the request body has been sent, and start again when the response's headers arrive (a download's
+/// first write); they are checked about once a second. A window that is not a positive number of seconds is no rule.
 public struct MinimumSpeed: Sendable, Equatable {
     /// Bytes that must move, sent or received, in each window.
     public var bytes: Int64

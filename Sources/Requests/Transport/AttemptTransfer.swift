@@ -72,8 +72,9 @@ class AttemptTransfer: @unchecked Sendable {
     func shouldAccept(_ response: URLResponse) -> Bool {
         startWindowIfNeeded()
         lock.lock()
-        let isHead = task?.currentRequest?.httpMethod == "HEAD"
+        let task = self.task
         lock.unlock()
+        let isHead = task?.currentRequest?.httpMethod == "HEAD"
         // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.
         let status = (response as? HTTPURLResponse)?.statusCode ?? 200
         let hasBody = !isHead && status >= 200 && status != 204 && status != 304
@@ -119,7 +120,6 @@ class AttemptTransfer: @unchecked Sendable {
 
     // MARK: - For subclasses
 
-    /// Counts bytes that moved either way, for the minimum-speed rule.
     /// The request body has been sent: the server may now think as long as it likes before it answers (URLSession's
     /// timeout still applies), so the speed window waits for the response's headers.
     final func bodySent() {
@@ -128,6 +128,7 @@ class AttemptTransfer: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Counts bytes that moved either way, for the minimum-speed rule.
     final func moved(_ bytes: Int64) {
         startWindowIfNeeded()
         lock.lock()

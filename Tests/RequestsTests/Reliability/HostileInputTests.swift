@@ -201,6 +201,19 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(results.values.last?.success, 5000)
     }
 
+    func testAHeadResponseAnnouncingALargeBodyIsNotRefused() {
+        // Given a HEAD request for a 100 MB resource, under the default 64 MiB limit
+        let results = Recorder<Result<Data, Error>>()
+        let queue = OperationQueue()
+        var head = GetData(url: server.url("/bytes/100000000"))
+        head.method = "HEAD"
+        // When it is sent
+        queue.addRequest(head, session: testSession) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then it succeeds: its Content-Length describes a body it does not send
+        XCTAssertEqual(results.values.first?.success, Data())
+    }
+
     func testAChunkedBodyPastTheLimitStopsAtTheLimit() {
         // Given a 100 KB limit, and a body without a length that never ends (64 KiB a millisecond: at full speed,
         // in small chunks, an in-process server starves the session on Linux; see docs/reliability.md)

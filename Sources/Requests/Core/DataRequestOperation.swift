@@ -96,8 +96,12 @@ open class DataRequestOperation<R: DataRequest>: RequestOperation<R.Success, R.F
             timer.schedule(deadline: .now() + deadline, leeway: .milliseconds(10))
             let receiver: any AttemptReceiver = self
             timer.setEventHandler { [weak receiver] in receiver?.deadlinePassed(deadline) }
-            guard ifNotCompleted({ run.deadline = timer }) != nil else { return }
+            // Resumed before it can be dropped: releasing a dispatch source that was never resumed crashes.
             timer.resume()
+            guard ifNotCompleted({ run.deadline = timer }) != nil else {
+                timer.cancel() // cancelled meanwhile
+                return
+            }
         }
         startAttempt()
     }

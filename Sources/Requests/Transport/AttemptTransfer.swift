@@ -154,9 +154,7 @@ class AttemptTransfer: @unchecked Sendable {
         }
     }
 
-    /// Ends the attempt with `error` at once, and cancels the task: at once, not after `cancelSoon`'s wait, because
-    /// it is in the middle of its body, the moment furthest from its completion (cancelling a task as it completes
-    /// crashes Foundation on Linux).
+    /// Ends the attempt with `error` at once, and cancels the task (see `cancelTask()`).
     final func stop(with error: Error) {
         let claimed = claim()
         guard claimed.first else { return }
@@ -250,6 +248,7 @@ final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
     private weak var progressReceiver: (any AttemptReceiver)?
     /// The upload's length when URLSession does not know it (a stream); `nil` for a request that is no upload.
     private let uploadLength: Int64?
+    private var sent: Int64 = 0
     private var received = Data()
 
     init(receiver: any AttemptReceiver, rules: TransferRules, uploadLength: Int64? = nil) {
@@ -270,8 +269,6 @@ final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
             progressReceiver?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
         }
     }
-
-    private var sent: Int64 = 0
 
     override func didReceive(_ data: Data) {
         moved(Int64(data.count))

@@ -113,6 +113,23 @@ private func timedRun(requests: Int, _ body: () -> Countdown) -> RunResult {
 
 // MARK: - 1 and 2: throughput and CPU per request
 
+/// How the raw baseline issues each next task. Neither is best everywhere, so the library is compared with the
+/// faster of the two at each concurrency.
+enum RawStrategy: CaseIterable {
+    /// Inside the previous task's completion handler, on the session's delegate queue: no thread hop, the fastest
+    /// at concurrency 1; but task creation then waits behind every other completion on that serial queue.
+    case fromCompletionHandler
+    /// From a thread of its own, woken by each completion: creation runs beside the delegate queue.
+    case fromOwnThread
+
+    var name: String {
+        switch self {
+        case .fromCompletionHandler: "raw URLSession, next task from the completion handler"
+        case .fromOwnThread: "raw URLSession, next task from its own thread"
+        }
+    }
+}
+
 /// Keeps `concurrency` raw data tasks in flight until `total` have completed.
 private final class RawDriver: @unchecked Sendable {
     private let session: URLSession
@@ -129,11 +146,24 @@ private final class RawDriver: @unchecked Sendable {
         self.countdown = countdown
     }
 
-    func start(concurrency: Int) {
-        for _ in 0..<min(concurrency, total) { issueNext() }
+    func start(concurrency: Int, strategy: RawStrategy) {
+        switch strategy {
+        case .fromCompletionHandler:
+            for _ in 0..<min(concurrency, total) { issueNext(after: nil) }
+        case .fromOwnThread:
+            let slots = DispatchSemaphore(value: concurrency)
+            let thread = Thread { [self] in
+                for _ in 0..<total {
+                    slots.wait()
+                    issueNext(after: slots)
+                }
+            }
+            thread.start()
+        }
     }
 
-    private func issueNext() {
+    /// Issues one task; when it completes, it issues the next itself, or signals `slots` for the thread to do it.
+    private func issueNext(after slots: DispatchSemaphore?) {
         let mayIssue: Bool = lock.withLock {
             guard issued < total else { return false }
             issued += 1
@@ -143,17 +173,17 @@ private final class RawDriver: @unchecked Sendable {
         let task = session.dataTask(with: URLRequest(url: url)) { [self] data, response, error in
             let ok = error == nil && data != nil && (response as? HTTPURLResponse)?.statusCode == 200
             countdown.done(ok: ok)
-            issueNext()
+            if let slots { slots.signal() } else { issueNext(after: nil) }
         }
         task.resume()
     }
 }
 
 /// `count` GETs of `url` with raw `URLSession` data tasks, `concurrency` in flight.
-func runRawURLSession(session: URLSession, url: URL, count: Int, concurrency: Int) -> RunResult {
+func runRawURLSession(session: URLSession, url: URL, count: Int, concurrency: Int, strategy: RawStrategy) -> RunResult {
     timedRun(requests: count) {
         let countdown = Countdown(count)
-        RawDriver(session: session, url: url, total: count, countdown: countdown).start(concurrency: concurrency)
+        RawDriver(session: session, url: url, total: count, countdown: countdown).start(concurrency: concurrency, strategy: strategy)
         return countdown
     }
 }
@@ -175,22 +205,41 @@ func runLibrary(queue: OperationQueue, session: URLSession, url: URL, count: Int
 struct ThroughputCell {
     let concurrency: Int
     var library: [RunResult] = []
-    var raw: [RunResult] = []
+    var raw: [RawStrategy: [RunResult]] = [:]
 
     var libraryRequestsPerSecond: Double { median(library.map(\.requestsPerSecond)) }
-    var rawRequestsPerSecond: Double { median(raw.map(\.requestsPerSecond)) }
     var libraryCPUPerRequest: Double { median(library.map(\.cpuMicrosecondsPerRequest)) }
-    var rawCPUPerRequest: Double { median(raw.map(\.cpuMicrosecondsPerRequest)) }
     var librarySwitchesPerRequest: Double { median(library.map(\.contextSwitchesPerRequest)) }
-    var rawSwitchesPerRequest: Double { median(raw.map(\.contextSwitchesPerRequest)) }
-    var failures: Int { (library + raw).reduce(0) { $0 + $1.failures } }
-    /// Library/raw of each round, to show the spread.
-    var roundRatios: [Double] { zip(library, raw).map { $0.requestsPerSecond / $1.requestsPerSecond } }
+
+    func rawRequestsPerSecond(_ strategy: RawStrategy) -> Double { median((raw[strategy] ?? []).map(\.requestsPerSecond)) }
+    func rawCPUPerRequest(_ strategy: RawStrategy) -> Double { median((raw[strategy] ?? []).map(\.cpuMicrosecondsPerRequest)) }
+    func rawSwitchesPerRequest(_ strategy: RawStrategy) -> Double { median((raw[strategy] ?? []).map(\.contextSwitchesPerRequest)) }
+
+    /// The raw strategy with the higher median throughput: the baseline for throughput.
+    var fasterRaw: RawStrategy {
+        RawStrategy.allCases.max { rawRequestsPerSecond($0).orZero < rawRequestsPerSecond($1).orZero } ?? .fromCompletionHandler
+    }
+    /// The raw strategy with the lower median CPU per request: the baseline for CPU.
+    var thriftierRaw: RawStrategy {
+        RawStrategy.allCases.min { rawCPUPerRequest($0).orInfinity < rawCPUPerRequest($1).orInfinity } ?? .fromCompletionHandler
+    }
+    var failures: Int { (library + raw.values.joined()).reduce(0) { $0 + $1.failures } }
+    /// Library ÷ the faster raw strategy of each round, to show the spread.
+    var roundRatios: [Double] {
+        library.indices.map { round in
+            let best = RawStrategy.allCases.compactMap { raw[$0]?[round].requestsPerSecond }.filter { !$0.isNaN }.max() ?? .nan
+            return library[round].requestsPerSecond / best
+        }
+    }
 }
 
-/// Warms both sides up, then alternates them for `rounds` rounds (raw first in even rounds, library first in
-/// odd ones, so a slow drift of the machine does not favour one side). Each side has its own session with
-/// the same configuration.
+private extension Double {
+    var orZero: Double { isNaN ? 0 : self }
+    var orInfinity: Double { isNaN ? .infinity : self }
+}
+
+/// Warms every side up, then runs them in turn for `rounds` rounds, starting each round with the next side (so a
+/// slow drift of the machine favours none). Each side has its own session with the same configuration.
 func measureThroughput(url: URL, concurrency: Int, requests: Int, warmup: Int, rounds: Int,
                        log: (String) -> Void) -> ThroughputCell {
     let rawSession = makeSession(maxConnectionsPerHost: concurrency)
@@ -203,23 +252,23 @@ func measureThroughput(url: URL, concurrency: Int, requests: Int, warmup: Int, r
     queue.name = "requests-bench.throughput"
     queue.maxConcurrentOperationCount = concurrency
 
-    _ = runRawURLSession(session: rawSession, url: url, count: warmup, concurrency: concurrency)
-    _ = runLibrary(queue: queue, session: librarySession, url: url, count: warmup)
-
     var cell = ThroughputCell(concurrency: concurrency)
+    let sides: [RawStrategy?] = [nil] + RawStrategy.allCases
+    func run(_ side: RawStrategy?, count: Int) -> RunResult {
+        guard let strategy = side else { return runLibrary(queue: queue, session: librarySession, url: url, count: count) }
+        return runRawURLSession(session: rawSession, url: url, count: count, concurrency: concurrency, strategy: strategy)
+    }
+    for side in sides { _ = run(side, count: warmup) }
     for round in 0..<rounds {
-        func raw() { cell.raw.append(runRawURLSession(session: rawSession, url: url, count: requests, concurrency: concurrency)) }
-        func library() { cell.library.append(runLibrary(queue: queue, session: librarySession, url: url, count: requests)) }
-        if round % 2 == 0 {
-            raw()
-            library()
-        } else {
-            library()
-            raw()
+        for offset in sides.indices {
+            let side = sides[(round + offset) % sides.count]
+            let result = run(side, count: requests)
+            if let side { cell.raw[side, default: []].append(result) } else { cell.library.append(result) }
         }
-        log(String(format: "  concurrency %d, round %d/%d: raw %.0f req/s, library %.0f req/s",
-                   concurrency, round + 1, rounds,
-                   cell.raw.last?.requestsPerSecond ?? .nan, cell.library.last?.requestsPerSecond ?? .nan))
+        log(String(format: "  concurrency %d, round %d/%d: library %.0f req/s, raw %@", concurrency, round + 1, rounds,
+                   cell.library.last?.requestsPerSecond ?? .nan,
+                   RawStrategy.allCases.map { String(format: "%.0f", cell.raw[$0]?.last?.requestsPerSecond ?? .nan) }
+                       .joined(separator: " / ")))
     }
     _ = waitUntilDrained(queue, seconds: 10)
     return cell

@@ -42,6 +42,8 @@ struct Options {
     var rounds: Int?
     var only: Set<Part> = Set(Part.allCases)
     var concurrencies: [Int]?
+    /// For a profiler: run one side of the throughput measurement only.
+    var profileSide: String?
 
     static let usage = """
         usage: requests-bench [--smoke] [--write FILE.md] [--server embedded|nginx]
@@ -62,6 +64,8 @@ struct Options {
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
                              only the client's memory is measured
           --concurrency LIST throughput concurrencies (default 1,16,64)
+          --profile-side S   for perf: only run throughput side S (library, raw-completion or raw-thread) for
+                             --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -112,6 +116,12 @@ struct Options {
                     throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
+            case "--profile-side":
+                let side = try value(for: argument)
+                guard ["library", "raw-completion", "raw-thread"].contains(side) else {
+                    throw UsageError(description: "--profile-side takes library, raw-completion or raw-thread, not \(side)")
+                }
+                options.profileSide = side
             case "--server-process": throw UsageError(description: "--server-process goes with --soak")
             case "-h", "--help":
                 print(usage)
@@ -307,6 +317,27 @@ func timed<T>(_ title: String, _ body: () -> T) -> T {
     let value = body()
     log(String(format: "  done in %.1f s", ResourceUsage.now() - start))
     return value
+}
+
+if let side = options.profileSide {
+    let concurrency = counts.concurrencies[0]
+    let session = makeSession(maxConnectionsPerHost: concurrency)
+    let queue = OperationQueue()
+    queue.maxConcurrentOperationCount = concurrency
+    for round in 0...counts.rounds {
+        let count = round == 0 ? counts.warmup : counts.requestsPerRun
+        let result = switch side {
+        case "library": runLibrary(queue: queue, session: session, url: throughputURL, count: count)
+        case "raw-thread": runRawURLSession(session: session, url: throughputURL, count: count, concurrency: concurrency, strategy: .fromOwnThread)
+        default: runRawURLSession(session: session, url: throughputURL, count: count, concurrency: concurrency, strategy: .fromCompletionHandler)
+        }
+        if round > 0 {
+            log(String(format: "%@ concurrency %d: %.0f req/s, %.1f µs CPU/request, %.1f switches/request, %d failures", side, concurrency,
+                       result.requestsPerSecond, result.cpuMicrosecondsPerRequest, result.contextSwitchesPerRequest, result.failures))
+        }
+    }
+    nginx?.stop()
+    exit(0)
 }
 
 var sections: [Section] = []

@@ -137,7 +137,7 @@ final class DownloadTransfer: AttemptTransfer, @unchecked Sendable {
     private weak var progressReceiver: (any AttemptReceiver)?
     /// Foundation's partial files that existed before this download started, so cannot be its own.
     private let existingFiles: Set<String>
-    // Touched only on the session's serial delegate queue.
+    // Touched only by the callbacks, which come one at a time (see `CallbackQueue`).
     private var staged: URL?
     private var partial: String?
     private var written: Int64 = 0

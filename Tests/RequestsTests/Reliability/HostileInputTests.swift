@@ -182,6 +182,30 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(sawOtherFirst.values, [true])
     }
 
+    func testARedirectRulingThatBlocksDoesNotHoldUpAnotherRequestOnTheSameSession() {
+        // Given a redirect whose custom ruling blocks until another request on the same session has completed
+        let otherCompleted = DispatchSemaphore(value: 0)
+        let rulingStarted = Recorder<Bool>()
+        let sawOtherFirst = Recorder<Bool>()
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(redirectPolicy: .custom { next, _ in
+            rulingStarted.append(true)
+            sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
+            return next
+        })
+        let results = Recorder<Result<Void, Error>>()
+        add(.data, server.url("/hostile/redirect?to=/json"), to: queue, results: results)
+        waitUntil("the ruling has started") { rulingStarted.count == 1 }
+        // When the other request runs while the ruling is blocked
+        queue.addRequest(GetData(url: server.url("/json")), session: testSession) { _ in otherCompleted.signal() }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then the other one completed first (a ruling on the session's own queue would stall every task of it),
+        // and the redirect was followed after
+        XCTAssertEqual(sawOtherFirst.values, [true])
+        XCTAssertEqual(results.count, 1)
+        XCTAssertNil(results.values.first?.failure)
+    }
+
     // MARK: - Per-request limits
 
     func testARequestsOwnLimitsReplaceTheQueues() {

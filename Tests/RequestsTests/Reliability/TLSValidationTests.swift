@@ -46,8 +46,14 @@ final class TLSValidationTests: XCTestCase {
         let task = session.dataTask(with: try XCTUnwrap(URL(string: "https://example.com/")))
         defer { task.cancel() }
         let answer = Recorder<(URLSession.AuthChallengeDisposition, URLCredential?)>()
-        delegate.urlSession(session, task: task, didReceive: serverTrust) { answer.append(($0, $1)) }
-        XCTAssertEqual(answer.values.count, 1, "the challenge is answered once, at once")
+        let answered = expectation(description: "answered")
+        // Answered on another queue: the answer waits for the session's work queue, where the challenge arrives.
+        delegate.urlSession(session, task: task, didReceive: serverTrust) {
+            answer.append(($0, $1))
+            answered.fulfill()
+        }
+        wait(for: [answered], timeout: 10)
+        XCTAssertEqual(answer.values.count, 1, "the challenge is answered once")
         return answer.values.first
     }
 

@@ -119,4 +119,31 @@ final class LookupTests: XCTestCase {
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
     }
+
+    func testOperationsOfTwoTypesUnderOneIdentifierAreFoundByType() {
+        // Given a suspended queue with a data request, then a decodable request and another data request, all under one identifier
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let url = server.url("/json?lookup=types")
+        let data = GetData(url: url)
+        let decodable = GetDecodable<ServedRecipe>(url: url)
+        let firstData = queue.addRequest(data, session: testSession) { _ in }
+        let decoding = queue.addRequest(decodable, session: testSession) { _ in }
+        let secondData = queue.addRequest(data, session: testSession) { _ in }
+        // Then each type finds its own oldest operation
+        XCTAssertTrue(queue.requestCurrentlyExecuting(data) === firstData)
+        XCTAssertTrue(queue.requestCurrentlyExecuting(decodable) === decoding)
+        // When the first data request and the decodable one are cancelled
+        firstData.cancel()
+        decoding.cancel()
+        // Then the next data request is found, and no decodable one; the identifier stays in use until the last goes
+        waitUntil("the cancellations are delivered") {
+            queue.requestCurrentlyExecuting(data) === secondData && queue.requestCurrentlyExecuting(decodable) == nil
+        }
+        XCTAssertFalse(queue.isRequestFinished(identifier: url.absoluteString), "in use by the second data request")
+        secondData.cancel()
+        waitUntil("all are delivered") { queue.requestCurrentlyExecuting(data) == nil }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+    }
 }

@@ -172,48 +172,88 @@ final class RequestRegistry: @unchecked Sendable {
         }
     }
 
+    /// What is registered under one key: almost always a single operation, held without the buckets' allocations.
+    private enum Slot {
+        case one(type: ObjectIdentifier, operation: Operation)
+        case many([ObjectIdentifier: Bucket])
+    }
+
     static let shared = RequestRegistry()
 
     private let lock = NSLock()
-    private var buckets: [Key: [ObjectIdentifier: Bucket]] = [:]
+    private var slots: [Key: Slot] = [:]
     private var nextSequence = 0
 
     func add<T>(_ operation: Operation, requestType: T.Type, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
+        let type = ObjectIdentifier(requestType)
+        guard let slot = slots[key] else {
+            slots[key] = .one(type: type, operation: operation)
+            return
+        }
+        var byType: [ObjectIdentifier: Bucket]
+        switch slot {
+        case let .one(firstType, first):
+            // The single operation was the oldest: it goes first.
+            nextSequence += 1
+            byType = [firstType: Bucket()]
+            byType[firstType]?.append(first, sequence: nextSequence)
+        case let .many(buckets):
+            byType = buckets
+        }
+        slots[key] = nil // so that `byType` is the only reference, and is not copied as it changes
         nextSequence += 1
-        buckets[key, default: [:]][ObjectIdentifier(requestType), default: Bucket()].append(operation, sequence: nextSequence)
+        byType[type, default: Bucket()].append(operation, sequence: nextSequence)
+        slots[key] = .many(byType)
     }
 
     func remove(_ operation: Operation, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
-        guard var byType = buckets.removeValue(forKey: key) else { return }
-        for type in Array(byType.keys) {
-            byType[type]?.remove(operation)
-            if byType[type]?.isEmpty == true { byType[type] = nil }
+        guard let slot = slots.removeValue(forKey: key) else { return }
+        switch slot {
+        case let .one(type, registered):
+            if registered !== operation { slots[key] = .one(type: type, operation: registered) }
+        case var .many(byType):
+            for type in Array(byType.keys) {
+                byType[type]?.remove(operation)
+                if byType[type]?.isEmpty == true { byType[type] = nil }
+            }
+            if !byType.isEmpty { slots[key] = .many(byType) }
         }
-        if !byType.isEmpty { buckets[key] = byType }
     }
 
     /// The oldest operation for `key` of `requestType`.
     func first<T>(for key: Key, requestType: T.Type) -> Operation? {
         lock.lock()
         defer { lock.unlock() }
-        return buckets[key]?[ObjectIdentifier(requestType)]?.first()
+        let type = ObjectIdentifier(requestType)
+        switch slots[key] {
+        case nil: return nil
+        case let .one(registeredType, operation): return registeredType == type ? operation : nil
+        case var .many(byType)?:
+            slots[key] = nil
+            defer { slots[key] = .many(byType) }
+            return byType[type]?.first()
+        }
     }
 
     /// Every operation for `key`, of any type.
     func operations(for key: Key) -> [Operation] {
         lock.lock()
         defer { lock.unlock() }
-        return buckets[key]?.values.flatMap(\.operations) ?? []
+        switch slots[key] {
+        case nil: return []
+        case let .one(_, operation): return [operation]
+        case let .many(byType)?: return byType.values.flatMap { $0.operations }
+        }
     }
 
     /// Whether any operation is registered for `key`.
     func contains(_ key: Key) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        return buckets[key] != nil
+        return slots[key] != nil
     }
 }

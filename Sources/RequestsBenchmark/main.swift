@@ -463,7 +463,14 @@ if let writePath = options.writePath {
 
         \(markdownTables(sections))
         """
+    // The profile and the record of changes below the marker are written by hand, and kept.
+    let marker = "<!-- Written by hand below this line; requests-bench keeps it. -->"
+    var kept = ""
+    if let existing = try? String(contentsOfFile: writePath, encoding: .utf8), let start = existing.range(of: marker)?.lowerBound {
+        kept = "\n\n" + String(existing[start...])
+    }
     do {
+        let markdown = markdown.trimmingCharacters(in: .newlines) + kept
         let directory = URL(fileURLWithPath: writePath).deletingLastPathComponent()
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try markdown.write(toFile: writePath, atomically: true, encoding: .utf8)

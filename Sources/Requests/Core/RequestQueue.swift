@@ -188,21 +188,19 @@ final class RequestRegistry: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let type = ObjectIdentifier(requestType)
-        guard let slot = slots[key] else {
+        var byType: [ObjectIdentifier: Bucket]
+        switch slots[key] {
+        case nil:
             slots[key] = .one(type: type, operation: operation)
             return
-        }
-        var byType: [ObjectIdentifier: Bucket]
-        switch slot {
-        case let .one(firstType, first):
+        case let .one(firstType, first)?:
             // The single operation was the oldest: it goes first.
             nextSequence += 1
             byType = [firstType: Bucket()]
             byType[firstType]?.append(first, sequence: nextSequence)
-        case let .many(buckets):
-            byType = buckets
+        case .many?:
+            byType = takeBuckets(for: key) ?? [:]
         }
-        slots[key] = nil // so that `byType` is the only reference, and is not copied as it changes
         nextSequence += 1
         byType[type, default: Bucket()].append(operation, sequence: nextSequence)
         slots[key] = .many(byType)
@@ -211,11 +209,13 @@ final class RequestRegistry: @unchecked Sendable {
     func remove(_ operation: Operation, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
-        guard let slot = slots.removeValue(forKey: key) else { return }
-        switch slot {
-        case let .one(type, registered):
-            if registered !== operation { slots[key] = .one(type: type, operation: registered) }
-        case var .many(byType):
+        switch slots[key] {
+        case nil:
+            return
+        case let .one(_, registered)?:
+            if registered === operation { slots[key] = nil }
+        case .many?:
+            guard var byType = takeBuckets(for: key) else { return }
             for type in Array(byType.keys) {
                 byType[type]?.remove(operation)
                 if byType[type]?.isEmpty == true { byType[type] = nil }
@@ -230,13 +230,23 @@ final class RequestRegistry: @unchecked Sendable {
         defer { lock.unlock() }
         let type = ObjectIdentifier(requestType)
         switch slots[key] {
-        case nil: return nil
-        case let .one(registeredType, operation): return registeredType == type ? operation : nil
-        case var .many(byType)?:
-            slots[key] = nil
+        case nil:
+            return nil
+        case let .one(registeredType, operation)?:
+            return registeredType == type ? operation : nil
+        case .many?:
+            guard var byType = takeBuckets(for: key) else { return nil }
             defer { slots[key] = .many(byType) }
             return byType[type]?.first()
         }
+    }
+
+    /// Takes the buckets out of `slots`, so that they are the only reference while they change: a bucket shared
+    /// with a copy would be copied whole on each change (with 100,000 requests under one identifier, minutes).
+    /// Must be called under the lock; put them back after.
+    private func takeBuckets(for key: Key) -> [ObjectIdentifier: Bucket]? {
+        guard case let .many(byType)? = slots.removeValue(forKey: key) else { return nil }
+        return byType
     }
 
     /// Every operation for `key`, of any type.

@@ -13,8 +13,8 @@ import Foundation
 /// On Linux, per-task delegates are accepted and ignored, and byte counts arrive only through session-delegate
 /// callbacks for tasks made without a completion handler. So a task runs on a session Requests creates once per
 /// caller session, with that session's configuration (headers, timeouts, cookies, cache, protocol classes) but
-/// this delegate and a serial delegate queue. The caller session's delegate still answers authentication
-/// challenges; its other callbacks are not called. Such a session is invalidated (after its tasks finish) the next
+/// this delegate and a `CallbackQueue`. The caller session's delegate still answers authentication challenges, on
+/// its own delegate queue; its other callbacks are not called. Such a session is invalidated (after its tasks finish) the next
 /// time Requests derives one, once the caller's session it came from has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
     /// Throws ``RequestQueueError/misuse(_:)`` for a background session, whose tasks cannot have a delegate of their own.

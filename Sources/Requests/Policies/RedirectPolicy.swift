@@ -37,7 +37,8 @@ public struct RedirectPolicy: Sendable {
 
     /// Asks `decide` about each redirect: it gets the request URLSession would send next (sensitive headers already
     /// removed if the origin changes) and the 3xx response, and returns the request to send, or `nil` to stop as
-    /// ``refuse`` does. Headers it adds are removed again if they are sensitive and the origin changed.
+    /// ``refuse`` does. Headers it adds are removed again if they are sensitive and the origin changed. Keep it quick:
+    /// on Linux it runs on a global queue, holding a thread, and a request cancelled meanwhile stops only when it returns.
     public static func custom(_ decide: @escaping @Sendable (_ next: URLRequest, _ response: HTTPURLResponse) -> URLRequest?) -> RedirectPolicy {
         RedirectPolicy(.custom(decide))
     }

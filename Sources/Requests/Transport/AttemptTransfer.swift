@@ -353,6 +353,7 @@ final class TransferWatchdog: @unchecked Sendable {
 func cancelSoon(_ task: URLSessionTask) {
     #if canImport(FoundationNetworking)
     DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
+        guard !PendingRedirects.deferCancel(of: task) else { return }
         task.cancel()
     }
     #else
@@ -361,3 +362,35 @@ func cancelSoon(_ task: URLSessionTask) {
     }
     #endif
 }
+
+#if canImport(FoundationNetworking)
+/// The tasks whose redirect is being ruled on. Foundation on Linux crashes when a task is cancelled while it waits
+/// for the answer to a redirect and the answer comes after ("Received callback for HTTP redirection, but we're not
+/// waiting for it"), and a ruling may take its time (a custom policy, the monitors). So a cancel meanwhile is held
+/// back, and made once the answer has been handed over: Foundation queues the answer on the task's work queue,
+/// ahead of the cancel.
+enum PendingRedirects {
+    private static let lock = NSLock()
+    /// Per task: whether a cancel was held back.
+    nonisolated(unsafe) private static var rulings: [ObjectIdentifier: Bool] = [:]
+
+    static func begin(_ task: URLSessionTask) {
+        lock.withLock { rulings[ObjectIdentifier(task)] = false }
+    }
+
+    /// Call after the answer has been handed to Foundation.
+    static func end(_ task: URLSessionTask) {
+        let cancelWanted = lock.withLock { rulings.removeValue(forKey: ObjectIdentifier(task)) ?? false }
+        if cancelWanted { cancelSoon(task) }
+    }
+
+    /// Whether `task` is waiting for a ruling; if so, it is cancelled when the ruling ends.
+    static func deferCancel(of task: URLSessionTask) -> Bool {
+        lock.withLock {
+            guard rulings[ObjectIdentifier(task)] != nil else { return false }
+            rulings[ObjectIdentifier(task)] = true
+            return true
+        }
+    }
+}
+#endif

@@ -161,10 +161,13 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
         }
         #if canImport(FoundationNetworking)
         // This runs on the session's work queue (see `CallbackQueue`), and the ruling may call user code (a custom
-        // policy, the monitors), which must not hold that queue up. The answer may come from any thread.
+        // policy, the monitors), which must not hold that queue up. The answer may come from any thread; a cancel
+        // waits for it.
+        PendingRedirects.begin(task)
         DispatchQueue.global().async {
             let previousURL = task.currentRequest?.url ?? response.url
             completionHandler(handler.willRedirect(response, to: request, from: previousURL))
+            PendingRedirects.end(task)
         }
         #else
         let previousURL = task.currentRequest?.url ?? response.url
@@ -215,24 +218,22 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 /// CPU per request on Linux). On Linux the session calls `addOperation(_:)` from its own serial work queue, so a
 /// block runs there at once, in order, never overlapping another. The callbacks are short and never call user code
 /// or wait for the session (what might, such as a redirect ruling or an authentication challenge, goes to another
-/// queue first); the operation processes the response on a global queue. On Apple platforms, where the
-/// session's threads are its own business, blocks go to a serial dispatch queue. Operations added any other way run
-/// on that serial queue too.
+/// queue first); the operation processes the response on a global queue. (A `URLProtocol` of the caller's may call
+/// its client from threads of its own: a lock keeps those callbacks one at a time too.) On Apple platforms, where
+/// the session's threads are its own business and this was not measured, it is a plain serial queue.
 final class CallbackQueue: OperationQueue, @unchecked Sendable {
-    private let serial = DispatchQueue(label: "Requests.transfers")
-
     override init() {
         super.init()
         name = "Requests.transfers"
         maxConcurrentOperationCount = 1
-        underlyingQueue = serial
     }
 
+    #if canImport(FoundationNetworking)
+    /// Held while a block runs: a `URLProtocol` of the caller's may call its client from threads of its own.
+    private let running = NSLock()
+
     override func addOperation(_ block: @escaping @Sendable () -> Void) {
-        #if canImport(FoundationNetworking)
-        block()
-        #else
-        serial.async(execute: block)
-        #endif
+        running.withLock(block)
     }
+    #endif
 }

@@ -182,6 +182,8 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(sawOtherFirst.values, [true])
     }
 
+    #if canImport(FoundationNetworking)
+    // On Apple platforms the ruling runs on the caller's session delegate queue, as URLSession calls it.
     func testARedirectRulingThatBlocksDoesNotHoldUpAnotherRequestOnTheSameSession() {
         // Given a redirect whose custom ruling blocks until another request on the same session has completed
         let otherCompleted = DispatchSemaphore(value: 0)
@@ -204,6 +206,37 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(sawOtherFirst.values, [true])
         XCTAssertEqual(results.count, 1)
         XCTAssertNil(results.values.first?.failure)
+    }
+    #endif
+
+    func testCancellingWhileARedirectIsBeingRuledOnCompletesOnce() {
+        // Given a redirect whose ruling is still running well after the request has been cancelled (Foundation on
+        // Linux crashed when the answer came after the cancel)
+        let cancelled = DispatchSemaphore(value: 0)
+        let rulingStarted = Recorder<Bool>()
+        let rulingEnded = Recorder<Bool>()
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(redirectPolicy: .custom { next, _ in
+            rulingStarted.append(true)
+            _ = cancelled.wait(timeout: .now() + 10)
+            Thread.sleep(forTimeInterval: 0.3) // past the moment a cancel would reach the task
+            rulingEnded.append(true)
+            return next
+        })
+        let results = Recorder<Result<Void, Error>>()
+        let operation = add(.data, server.url("/hostile/redirect?to=/json"), to: queue, results: results)
+        waitUntil("the ruling has started") { rulingStarted.count == 1 }
+        // When the request is cancelled meanwhile
+        operation.cancel()
+        cancelled.signal()
+        queue.waitUntilAllOperationsAreFinished()
+        // Then it completes once, as cancelled, and the process lives on to serve the next request
+        XCTAssertEqual(results.count, 1)
+        XCTAssertEqual(results.values.first?.failure?.isRequestCancellation, true)
+        let next = Recorder<Result<Void, Error>>()
+        add(.data, server.url("/json"), to: OperationQueue(), results: next)
+        waitUntil("the next request completes and the ruling has ended") { next.count == 1 && rulingEnded.count == 1 }
+        Thread.sleep(forTimeInterval: 0.5) // the held-back cancel reaches the task meanwhile
     }
 
     // MARK: - Per-request limits

@@ -186,8 +186,9 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 
     #if canImport(FoundationNetworking)
     /// corelibs raises no server-trust or client-certificate challenges; the rest are per task, and go to the
-    /// caller's delegate. (On Apple platforms this delegate has no challenge method, so the caller's session
-    /// delegate receives every challenge as it would without Requests.)
+    /// caller's delegate. (On Apple platforms this delegate has no challenge method, so for a task on the caller's
+    /// session its delegate receives every challenge as it would without Requests; a derived session's challenges
+    /// get the default handling.)
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,

@@ -108,6 +108,53 @@ public struct LoopbackResponse: Sendable {
     ]
 }
 
+/// A response whose body is sent piece by piece with `Transfer-Encoding: chunked`, with a pause before each piece
+/// after the first, and that may end badly: for streams and server-sent events.
+public struct LoopbackStream: Sendable {
+    /// How the body ends.
+    public enum Ending: Sendable, Equatable {
+        /// With the last chunk, as a complete response; then the connection closes.
+        case complete
+        /// The connection closes without the last chunk: the body is cut off.
+        case close
+        /// The connection is reset (TCP RST).
+        case reset
+        /// Nothing more is sent; the connection stays open until the client closes it or the server stops.
+        case hang
+    }
+
+    /// The HTTP status code.
+    public var status: Int
+    /// Response headers (`Transfer-Encoding` and `Connection` are set by the server).
+    public var headers: [String: String]
+    /// The body's pieces, each sent as one chunk.
+    public var pieces: [Data]
+    /// Milliseconds to wait before each piece after the first.
+    public var intervalMilliseconds: Int
+    /// How the body ends.
+    public var ending: Ending
+
+    /// A stream of `pieces`; by default a complete `200` with no pause.
+    public init(status: Int = 200, headers: [String: String] = [:], pieces: [Data], intervalMilliseconds: Int = 0, ending: Ending = .complete) {
+        self.status = status
+        self.headers = headers
+        self.pieces = pieces
+        self.intervalMilliseconds = intervalMilliseconds
+        self.ending = ending
+    }
+
+    /// A `text/event-stream` of `events`, each a block of lines such as `"id: 1\ndata: hello"`; a blank line is
+    /// added after each.
+    public static func events(_ events: [String], intervalMilliseconds: Int = 0, ending: Ending = .complete) -> LoopbackStream {
+        LoopbackStream(
+            headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-cache"],
+            pieces: events.map { Data(($0 + "\n\n").utf8) },
+            intervalMilliseconds: intervalMilliseconds,
+            ending: ending
+        )
+    }
+}
+
 /// What a route produces: an in-memory response, or a body streamed on the fly.
 enum Reply {
     case response(LoopbackResponse)
@@ -118,6 +165,8 @@ enum Reply {
     /// `Transfer-Encoding: chunked` that never ends: zero bytes, `chunk` at a time every `interval` milliseconds,
     /// until the client goes away.
     case endless(chunk: Int, interval: Int)
+    /// A body sent piece by piece.
+    case stream(LoopbackStream)
 }
 
 /// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/…`,

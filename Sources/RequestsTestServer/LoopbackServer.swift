@@ -104,7 +104,19 @@ public final class LoopbackServer: @unchecked Sendable {
     /// Registers a handler for an exact path (query excluded). Custom routes take precedence over built-ins.
     /// Thread-safe; may be called while serving. The handler runs on the connection's thread.
     public func route(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackResponse) {
-        core.withLock { core.routes[path] = handler }
+        core.withLock {
+            core.streamRoutes[path] = nil
+            core.routes[path] = handler
+        }
+    }
+
+    /// Registers a handler for an exact path whose response body is sent piece by piece (see ``LoopbackStream``).
+    /// Replaces any route for `path`.
+    public func stream(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackStream) {
+        core.withLock {
+            core.routes[path] = nil
+            core.streamRoutes[path] = handler
+        }
     }
 
     /// Answers the requests to `path` with `responses` in turn: the first request gets the first response,
@@ -168,6 +180,7 @@ final class ServerCore: @unchecked Sendable {
     private let acceptThreadDone = DispatchSemaphore(value: 0)
     private var stopped = false
     var routes: [String: @Sendable (LoopbackRequest) -> LoopbackResponse] = [:]
+    var streamRoutes: [String: @Sendable (LoopbackRequest) -> LoopbackStream] = [:]
     var requestCounts: [String: Int] = [:]
     var totalRequests = 0
     var openFDs: Set<Int32> = []
@@ -269,12 +282,14 @@ final class ServerCore: @unchecked Sendable {
 
     /// Handles one request. Returns `true` if the connection may serve another one.
     private func respond(to request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool) -> Bool {
-        let handler: (@Sendable (LoopbackRequest) -> LoopbackResponse)? = withLock {
+        let (handler, streamHandler) = withLock {
             requestCounts[request.path, default: 0] += 1
             totalRequests += 1
-            return routes[request.path]
+            return (routes[request.path], streamRoutes[request.path])
         }
-        let reply = handler.map { Reply.response($0(request)) } ?? BuiltinRoutes.reply(for: request)
+        let reply = handler.map { Reply.response($0(request)) }
+            ?? streamHandler.map { Reply.stream($0(request)) }
+            ?? BuiltinRoutes.reply(for: request)
         let extraDelay = request.query["delay"].flatMap { Int($0) }.map { max(0, $0) } ?? 0
         let fd = reader.fd
 
@@ -295,6 +310,10 @@ final class ServerCore: @unchecked Sendable {
             piece.append(Data(count: chunk))
             piece.append(contentsOf: [13, 10])
             while Sys.sendAll(fd, piece), !withLock({ stopped }), interval == 0 || reader.wait(milliseconds: interval) {}
+            return false
+        case .stream(let stream):
+            if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
+            sendStream(stream, on: fd, reader: reader)
             return false
         case .response(let response):
             let (delay, overflow) = response.delayMilliseconds.addingReportingOverflow(extraDelay)
@@ -328,6 +347,35 @@ final class ServerCore: @unchecked Sendable {
                 let keepOpen = keepAlive && !closeRequested && !(100..<200).contains(response.status)
                 return send(response, on: fd, keepAlive: keepOpen, isHead: isHead) && keepOpen
             }
+        }
+    }
+
+    /// Sends a ``LoopbackStream`` as chunks, then ends it as it says; the connection is not used again.
+    private func sendStream(_ stream: LoopbackStream, on fd: Int32, reader: RequestReader) {
+        var headers = stream.headers.filter { $0.key.lowercased() != "transfer-encoding" && $0.key.lowercased() != "connection" }
+        let hasBody = !LoopbackResponse.statusHasNoBody(stream.status)
+        if hasBody { headers["Transfer-Encoding"] = "chunked" }
+        let head = headerBlock(LoopbackResponse(status: stream.status, headers: headers), contentLength: nil, keepAlive: false)
+        guard Sys.sendAll(fd, head) else { return }
+        if hasBody {
+            for (index, piece) in stream.pieces.enumerated() where !piece.isEmpty {
+                if index > 0, stream.intervalMilliseconds > 0, !reader.wait(milliseconds: stream.intervalMilliseconds) { return }
+                var chunk = Data((String(piece.count, radix: 16) + "\r\n").utf8)
+                chunk.append(piece)
+                chunk.append(contentsOf: [13, 10])
+                guard Sys.sendAll(fd, chunk) else { return }
+            }
+        }
+        switch stream.ending {
+        case .complete:
+            if hasBody, !Sys.sendAll(fd, Data("0\r\n\r\n".utf8)) { return }
+            _ = shutdown(fd, Sys.shutWR)
+        case .close:
+            _ = shutdown(fd, Sys.shutWR)
+        case .reset:
+            Self.resetOnClose(fd)
+        case .hang:
+            _ = reader.wait(milliseconds: -1)
         }
     }
 

@@ -3,10 +3,10 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// The policy pipeline of a ``DataRequestOperation``: what happens before an attempt is sent (`makeURLRequest`,
+/// The policy pipeline of a ``NetworkRequestOperation``: what happens before an attempt is sent (`makeURLRequest`,
 /// adapters, the authenticator, the checks) and after one fails (a resend after a token refresh, a retry), and
 /// the monitor events. The transport is `TransferSession` and the `AttemptTransfer` of the attempt.
-extension DataRequestOperation {
+extension NetworkRequestOperation {
     // MARK: - Preparing an attempt
 
     /// Asks the request for the `URLRequest` of the current attempt.
@@ -94,7 +94,7 @@ extension DataRequestOperation {
     /// On a status the authenticator treats as a refused token, waits for the (shared) refresh and sends
     /// again once; returns whether the failure was handled that way.
     func reauthenticate(after failure: Error, attempt: RequestAttempt) -> Bool {
-        guard let status = (failure as? RequestQueueError)?.statusCode else { return false }
+        guard mayAttemptAgain(), let status = (failure as? RequestQueueError)?.statusCode else { return false }
         let state = withLock { (policies.authenticator, run.credential, run.resentAfterRefresh) }
         guard let authenticator = state.0, let credential = state.1, !state.2,
               authenticator.unauthorizedStatusCodes.contains(status) else { return false }
@@ -118,6 +118,7 @@ extension DataRequestOperation {
 
     /// Schedules the next attempt if the retry policy allows it; returns whether the failure was handled that way.
     func retry(after failure: Error, attempt: RequestAttempt, response: HTTPURLResponse?) -> Bool {
+        guard mayAttemptAgain() else { return false }
         let (policy, resent) = withLock { (policies.retryPolicy, run.resentAfterRefresh) }
         // The resend after a refresh is not one of the policy's attempts.
         let counted = attempt.number - (resent ? 1 : 0)

@@ -3,10 +3,10 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Sees each task a ``DataRequestOperation`` creates (tests only).
+/// Sees each task a ``NetworkRequestOperation`` creates (tests only).
 typealias TaskObserver = @Sendable (URLSessionTask) -> Void
 
-/// The state of a running ``DataRequestOperation``, guarded by the operation's lock.
+/// The state of a running ``NetworkRequestOperation``, guarded by the operation's lock.
 final class Run {
     /// The attempt in progress, from 1.
     var attempt = 1

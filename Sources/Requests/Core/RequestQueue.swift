@@ -87,13 +87,18 @@ extension OperationQueue: RequestQueue {
             completionQueue: completionQueue ?? underlyingQueue,
             completion: completion
         )
+        register(operation, for: request)
+        return operation
+    }
+
+    /// Gives `operation` this queue's policies and registers it for lookup by `request`'s identifier.
+    func register<T: NetworkRequest>(_ operation: RequestOperation<T.Success, T.Failure>, for request: T) {
         operation.adopt(requestPolicyBox)
         // The key is set before the operation becomes reachable through the registry, so that whoever
         // completes it (for example cancelRequests(identifier:)) also removes it.
         let key = RequestRegistry.Key(queue: self, identifier: request.identifier)
         operation.withLock { operation.registryKey = key }
         RequestRegistry.shared.add(operation, requestType: T.self, for: key)
-        return operation
     }
 
     /// The ``RequestQueue`` requirement: the typed `addRequest` above, returned as an `Operation`.

@@ -52,6 +52,11 @@ class AttemptTransfer: @unchecked Sendable {
         return isOver
     }
 
+    /// ``hasEnded`` for a subclass that holds `lock`.
+    final var isOverUnderLock: Bool {
+        isOver
+    }
+
     /// The task whose callbacks this receives, set before it is resumed.
     final func attach(_ task: URLSessionTask) {
         lock.lock()
@@ -156,10 +161,19 @@ class AttemptTransfer: @unchecked Sendable {
 
     /// Ends the attempt with `error` at once, and cancels the task (see `cancelTask()`).
     final func stop(with error: Error) {
+        stop(delivering: .data(Data()), error: error)
+    }
+
+    /// Ends the attempt at once with `body` as if the response had ended there, and cancels the task.
+    final func stop(keeping body: ResponseBody) {
+        stop(delivering: body, error: nil)
+    }
+
+    private func stop(delivering body: ResponseBody, error: Error?) {
         let claimed = claim()
         guard claimed.first else { return }
         dropBody()
-        deliver(body: .data(Data()), response: claimed.task?.response, error: error)
+        deliver(body: body, response: claimed.task?.response, error: error)
         cancelTask()
     }
 

@@ -1,0 +1,88 @@
+import Foundation
+
+/// The elements of a stream read with `for try await`, waiting for their consumer: the pump stops while
+/// ``capacity`` of them wait (the bytes behind them then wait in the operation), and goes on when the consumer takes
+/// one (``onRoom``). Then the outcome: the end, or
+/// the failure, thrown after the elements that came before it (a cancelled consumer gets the failure at once).
+final class ElementBuffer<Element: Sendable>: @unchecked Sendable {
+    /// How many elements may wait for the consumer.
+    static var capacity: Int { 64 }
+
+    private let lock = NSLock()
+    private var elements: [Element] = []
+    private var head = 0
+    private var outcome: Result<Void, Error>?
+    private var waiter: CheckedContinuation<Element?, Error>?
+    /// Called when the consumer has taken an element and there is room. Set before the operation starts.
+    var onRoom: (@Sendable () -> Void)?
+
+    /// Whether ``capacity`` elements wait.
+    var isFull: Bool {
+        lock.withLock { elements.count - head >= Self.capacity }
+    }
+
+    /// Hands `element` to a waiting consumer, or keeps it.
+    func push(_ element: Element) {
+        lock.lock()
+        guard let waiter else {
+            elements.append(element)
+            lock.unlock()
+            return
+        }
+        self.waiter = nil
+        lock.unlock()
+        waiter.resume(returning: element)
+    }
+
+    /// Ends the stream with `outcome`, after the elements that wait. Later calls are ignored.
+    func finish(_ outcome: Result<Void, Error>) {
+        lock.lock()
+        guard self.outcome == nil else {
+            lock.unlock()
+            return
+        }
+        self.outcome = outcome
+        let waiter = self.waiter
+        self.waiter = nil
+        lock.unlock()
+        if let waiter { deliver(outcome, to: waiter) }
+    }
+
+    /// The next element, or `nil` after the end; throws the failure once, then returns `nil`.
+    func next() async throws -> Element? {
+        let isCancelled = Task.isCancelled
+        return try await withCheckedThrowingContinuation { continuation in
+            lock.lock()
+            if isCancelled {
+                elements.removeAll()
+                head = 0
+            }
+            if head < elements.count {
+                let element = elements[head]
+                head += 1
+                if head == elements.count {
+                    elements.removeAll(keepingCapacity: true)
+                    head = 0
+                }
+                let onRoom = self.onRoom
+                lock.unlock()
+                continuation.resume(returning: element)
+                onRoom?()
+            } else if let outcome {
+                self.outcome = .success(())
+                lock.unlock()
+                deliver(outcome, to: continuation)
+            } else {
+                waiter = continuation
+                lock.unlock()
+            }
+        }
+    }
+
+    private func deliver(_ outcome: Result<Void, Error>, to continuation: CheckedContinuation<Element?, Error>) {
+        switch outcome {
+        case .success: continuation.resume(returning: nil)
+        case let .failure(error): continuation.resume(throwing: error)
+        }
+    }
+}

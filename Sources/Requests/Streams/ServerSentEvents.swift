@@ -1,0 +1,207 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// One server-sent event, as an `EventSource` dispatches it.
+public struct ServerSentEvent: Sendable, Equatable {
+    /// The `event` field; `"message"` when the event had none.
+    public var type: String
+    /// The `data` fields, joined with line feeds.
+    public var data: String
+    /// The stream's last event ID when the event was dispatched (an `id` field of this event or of an earlier
+    /// one); `nil` while there is none.
+    public var id: String?
+
+    /// An event of `type` with `data` and `id`.
+    public init(type: String = "message", data: String, id: String? = nil) {
+        self.type = type
+        self.data = data
+        self.id = id
+    }
+}
+
+/// Server-sent events, parsed as the WHATWG HTML standard's event stream interpretation says ("9.2.6 Interpreting an
+/// event stream"):
+/// - lines end with CRLF, LF or CR; a byte-order mark at the start of each connection's body is dropped;
+/// - a line that starts with a colon is a comment; a line without a colon is a field with an empty value; one
+///   space after the colon is dropped;
+/// - `event` sets the type, `data` lines are joined with line feeds, `id` sets the last event ID (unless it holds
+///   a NUL), `retry` sets the reconnection time (only digits count), other fields are ignored;
+/// - a blank line dispatches the event; one without data is not dispatched, though its `id` counts;
+/// - an event the body ends in the middle of is dropped.
+///
+/// As the standard says, bytes that are not UTF-8 become U+FFFD, unless ``rejectsInvalidUTF8`` is set. Each event
+/// (its data and the line being read) is held to ``maximumEventSize``. The response must be `text/event-stream`
+/// (a 204 has no type, and ends the stream).
+///
+/// The decoder's ``lastEventID`` and ``reconnectionTime`` survive a reconnection: each connection sends
+/// `Last-Event-ID`, and waits the `retry` time before it starts.
+public struct ServerSentEventDecoder: StreamDecoder {
+    /// 1 MiB.
+    public static let defaultMaximumEventSize = 1024 * 1024
+
+    /// The most bytes an event may hold, its data and the line being read together.
+    public let maximumEventSize: Int
+    /// Whether a line that is not UTF-8 fails the stream with ``StreamError/invalidUTF8(line:)`` rather than
+    /// having its bad bytes replaced with U+FFFD.
+    public let rejectsInvalidUTF8: Bool
+    /// The last event ID of the stream: the `id` of the last dispatched event (the standard's "last event ID
+    /// string"). Sent as `Last-Event-ID` by every connection when not empty.
+    public private(set) var lastEventID: String
+    /// Seconds to wait before a reconnection, once the stream has sent a `retry` field.
+    public private(set) var reconnectionTime: TimeInterval?
+
+    private var line: [UInt8] = []
+    private var lineNumber = 1
+    private var skipsLineFeed = false
+    private var isAtStart = true
+    private var pendingStart: [UInt8] = []
+    private var eventType = ""
+    private var data: [UInt8] = []
+    private var idBuffer: String
+
+    /// A decoder that starts from `lastEventID` (empty: none), to pick up a stream where an earlier run of the
+    /// app left it.
+    public init(
+        lastEventID: String = "",
+        maximumEventSize: Int = ServerSentEventDecoder.defaultMaximumEventSize,
+        rejectsInvalidUTF8: Bool = false
+    ) {
+        self.lastEventID = lastEventID
+        self.idBuffer = lastEventID
+        self.maximumEventSize = max(0, maximumEventSize)
+        self.rejectsInvalidUTF8 = rejectsInvalidUTF8
+    }
+
+    /// `Accept: text/event-stream`, `Cache-Control: no-cache`, and `Last-Event-ID` when there is one.
+    public var requestHeaders: [String: String] {
+        var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
+        if !lastEventID.isEmpty { headers["Last-Event-ID"] = lastEventID }
+        return headers
+    }
+
+    /// ``reconnectionTime``.
+    public var reconnectionDelay: TimeInterval? { reconnectionTime }
+
+    /// Throws ``StreamError/notAnEventStream(contentType:)`` unless the response is `text/event-stream` or a 204.
+    public func validate(_ response: HTTPURLResponse) throws {
+        guard response.statusCode != 204 else { return }
+        let contentType = response.value(forHTTPHeaderField: "Content-Type")
+        let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard mediaType == "text/event-stream" else { throw StreamError.notAnEventStream(contentType: contentType) }
+    }
+
+    /// Keeps the last event ID and the reconnection time.
+    public mutating func resume(after previous: ServerSentEventDecoder) {
+        lastEventID = previous.lastEventID
+        idBuffer = previous.lastEventID
+        reconnectionTime = previous.reconnectionTime ?? reconnectionTime
+    }
+
+    /// The events `bytes` completes.
+    public mutating func decode(_ bytes: Data) throws -> [ServerSentEvent] {
+        var input = bytes
+        if isAtStart {
+            // A byte-order mark may arrive split over chunks: up to three bytes wait until it is ruled in or out.
+            let needed = 3 - pendingStart.count
+            pendingStart += input.prefix(needed)
+            input = Data(input.dropFirst(needed))
+            if pendingStart.count < 3, Self.byteOrderMark.starts(with: pendingStart) { return [] }
+            isAtStart = false
+            if pendingStart != Self.byteOrderMark { input = Data(pendingStart) + input }
+            pendingStart = []
+        }
+        var events: [ServerSentEvent] = []
+        try input.withUnsafeBytes { try scan($0, into: &events) }
+        return events
+    }
+
+    /// Nothing: an event the body ends in the middle of is dropped.
+    public mutating func finish() throws -> [ServerSentEvent] {
+        []
+    }
+
+    private static let byteOrderMark: [UInt8] = [0xEF, 0xBB, 0xBF]
+
+    private mutating func scan(_ buffer: UnsafeRawBufferPointer, into events: inout [ServerSentEvent]) throws {
+        var start = 0
+        if skipsLineFeed, start < buffer.count {
+            skipsLineFeed = false
+            if buffer[start] == 0x0A { start += 1 }
+        }
+        while start < buffer.count {
+            guard let end = buffer[start...].firstIndex(where: { $0 == 0x0A || $0 == 0x0D }) else {
+                try append(UnsafeRawBufferPointer(rebasing: buffer[start...]))
+                return
+            }
+            try append(UnsafeRawBufferPointer(rebasing: buffer[start..<end]))
+            if let event = try endLine() { events.append(event) }
+            start = end + 1
+            if buffer[end] == 0x0D {
+                if start < buffer.count {
+                    if buffer[start] == 0x0A { start += 1 }
+                } else {
+                    skipsLineFeed = true
+                }
+            }
+        }
+    }
+
+    private mutating func append(_ bytes: UnsafeRawBufferPointer) throws {
+        guard line.count + bytes.count + data.count <= maximumEventSize else {
+            throw StreamError.eventTooLarge(limit: maximumEventSize)
+        }
+        line.append(contentsOf: bytes)
+    }
+
+    /// Processes the line just completed; returns the event a blank line dispatches.
+    private mutating func endLine() throws -> ServerSentEvent? {
+        defer {
+            line.removeAll(keepingCapacity: line.count <= 64 * 1024)
+            lineNumber += 1
+        }
+        guard !line.isEmpty else { return dispatch() }
+        guard line[0] != 0x3A else { return nil } // a comment
+        let colon = line.firstIndex(of: 0x3A)
+        let name = line[..<(colon ?? line.endIndex)]
+        var value = colon.map { line[($0 + 1)...] } ?? []
+        if value.first == 0x20 { value = value.dropFirst() }
+        if name.elementsEqual("data".utf8) {
+            if rejectsInvalidUTF8 { _ = try text(value) }
+            data.append(contentsOf: value)
+            data.append(0x0A)
+        } else if name.elementsEqual("event".utf8) {
+            eventType = try text(value)
+        } else if name.elementsEqual("id".utf8) {
+            if !value.contains(0) { idBuffer = try text(value) }
+        } else if name.elementsEqual("retry".utf8) {
+            if !value.isEmpty, value.allSatisfy({ (0x30...0x39).contains($0) }), let milliseconds = Int(try text(value)) {
+                reconnectionTime = TimeInterval(milliseconds) / 1000
+            }
+        }
+        return nil
+    }
+
+    private mutating func dispatch() -> ServerSentEvent? {
+        lastEventID = idBuffer
+        defer {
+            data.removeAll(keepingCapacity: data.count <= 64 * 1024)
+            eventType = ""
+        }
+        guard !data.isEmpty else { return nil }
+        data.removeLast() // the line feed after the last data line
+        // Validated when each line arrived, if it must be.
+        let text = String(decoding: data, as: UTF8.self)
+        return ServerSentEvent(type: eventType.isEmpty ? "message" : eventType, data: text, id: lastEventID.isEmpty ? nil : lastEventID)
+    }
+
+    /// `bytes` as text: bad bytes replaced, or rejected.
+    private func text(_ bytes: ArraySlice<UInt8>) throws -> String {
+        if rejectsInvalidUTF8 {
+            guard let text = String(bytes: bytes, encoding: .utf8) else { throw StreamError.invalidUTF8(line: lineNumber) }
+            return text
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

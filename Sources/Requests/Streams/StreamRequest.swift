@@ -1,0 +1,217 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// A request whose response body is handed over as it arrives, decoded into elements by its ``Decoder``: raw
+/// chunks (``DataChunkDecoder``, the default), lines (``LineDecoder``), JSON lines (``JSONLinesDecoder``) or
+/// server-sent events (``ServerSentEventDecoder``).
+///
+/// It runs as a ``StreamRequestOperation``, which finishes when the stream ends, fails or is cancelled, and succeeds
+/// with a ``StreamSummary``. Add it with `addRequest(_:receive:completion:)`, or read it with
+/// `for try await element in queue.stream(for: request)`.
+///
+/// ```swift
+/// struct Ticker: StreamRequest {
+///     let identifier = "ticker"
+///     func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
+///     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+///         completion(.success(URLRequest(url: URL(string: "https://example.com/ticker")!)))
+///     }
+/// }
+/// ```
+public protocol StreamRequest: NetworkRequest where Success == StreamSummary {
+    /// Turns the body's bytes into elements. Default: ``DataChunkDecoder``, the bytes as they arrive.
+    associatedtype Decoder: StreamDecoder = DataChunkDecoder
+    /// What the stream yields.
+    typealias Element = Decoder.Element
+
+    /// A decoder for one connection. Called again for each reconnection, and the new decoder is given the last one
+    /// (``StreamDecoder/resume(after:)``).
+    func makeDecoder() -> Decoder
+
+    /// Whether, and when, the stream reconnects once a connection that had been accepted ends. Default: `nil` (a
+    /// dropped connection fails the stream), except for server-sent events (``ReconnectPolicy/default``).
+    var reconnectPolicy: ReconnectPolicy? { get }
+
+    /// The most bytes that may wait, undecoded, for a consumer slower than the server; past it, the stream fails
+    /// with ``StreamError/consumerTooSlow(bufferSize:)`` (a transfer cannot be held back on Linux; see
+    /// ``StreamRequestOperation``). Default: ``defaultBufferSize``.
+    var bufferSize: Int { get }
+}
+
+extension StreamRequest {
+    /// 8 MiB: seconds of a fast stream, and small in memory.
+    public static var defaultBufferSize: Int { 8 * 1024 * 1024 }
+
+    /// ``TransferLimits/stream``, and not the queue's: a queue's limits are written for whole responses (a body
+    /// limit and a minimum speed would end a long or quiet stream). Return your own to bound a stream.
+    public var limits: TransferLimits? { .stream }
+    /// `nil`: a dropped connection ends the stream with its error.
+    public var reconnectPolicy: ReconnectPolicy? { nil }
+    /// ``defaultBufferSize``.
+    public var bufferSize: Int { Self.defaultBufferSize }
+}
+
+extension StreamRequest where Decoder == DataChunkDecoder {
+    /// A ``DataChunkDecoder``.
+    public func makeDecoder() -> DataChunkDecoder { DataChunkDecoder() }
+}
+
+extension StreamRequest where Decoder == ServerSentEventDecoder {
+    /// ``ReconnectPolicy/default``: an event stream reconnects, as a browser's `EventSource` does.
+    public var reconnectPolicy: ReconnectPolicy? { .default }
+}
+
+extension TransferLimits {
+    /// What a stream is held to unless its request says otherwise: no total size (each decoder bounds what it
+    /// holds, and the buffer bounds the rest), no deadline and no minimum speed, since a quiet stream is still a
+    /// stream. URLSession's idle timeout (the request's `timeoutInterval`) still ends a connection that stalls.
+    public static let stream = TransferLimits(maximumBodySize: nil, maximumDownloadSize: nil, deadline: nil, minimumSpeed: nil)
+}
+
+/// How a stream ended.
+public struct StreamSummary: Sendable {
+    /// The response of the last connection.
+    public let response: HTTPURLResponse?
+    /// The elements delivered.
+    public let elements: Int
+    /// The body bytes received, over every connection.
+    public let bytes: Int64
+    /// The connections that were accepted: 1, plus one for each reconnection.
+    public let connections: Int
+}
+
+/// When a stream reconnects after a connection that had been accepted (a 2xx that passed the checks) ends: after a
+/// transport error, and, with ``reconnectsWhenServerCloses``, after a normal end. A reconnection sends the request
+/// again, built anew (so adapters and the authenticator run again), with the decoder's headers (an event stream's
+/// `Last-Event-ID`). It ends the stream instead when its response is a 204 (a success) or any status but 200 (a
+/// failure), and after ``maxAttempts`` connections in a row that delivered no element.
+///
+/// A stream whose first connection fails before it is accepted is handled by the request's ``RetryPolicy``, like
+/// any request, and only while no element has been delivered.
+public struct ReconnectPolicy: Sendable, Equatable {
+    /// The wait before a reconnection, unless the server set one (an event stream's `retry` field). Default: 3 s,
+    /// what browsers use.
+    public var delay: TimeInterval
+    /// Each reconnection in a row that delivers nothing waits this many times longer. Default: 2.
+    public var backoffMultiplier: Double
+    /// The longest wait. Default: 60 s.
+    public var maxDelay: TimeInterval
+    /// Reconnections in a row that deliver no element before the stream fails with the last connection's error.
+    /// Default: 10.
+    public var maxAttempts: Int
+    /// Whether a normal end of the body also reconnects, as `EventSource` does. Default: `false`: the stream
+    /// succeeds, so that a finite stream (an answer streamed token by token, often sent with POST) is not sent again.
+    public var reconnectsWhenServerCloses: Bool
+
+    /// A policy with the defaults above, each of which can be changed here.
+    public init(
+        delay: TimeInterval = 3,
+        backoffMultiplier: Double = 2,
+        maxDelay: TimeInterval = 60,
+        maxAttempts: Int = 10,
+        reconnectsWhenServerCloses: Bool = false
+    ) {
+        self.delay = delay
+        self.backoffMultiplier = backoffMultiplier
+        self.maxDelay = maxDelay
+        self.maxAttempts = maxAttempts
+        self.reconnectsWhenServerCloses = reconnectsWhenServerCloses
+    }
+
+    /// The policy with every default.
+    public static let `default` = ReconnectPolicy()
+
+    /// The wait before a reconnection that follows `failures` connections in a row that delivered nothing, from
+    /// ``delay`` or the server's `requested` wait.
+    func delay(afterEmptyConnections failures: Int, requested: TimeInterval?) -> TimeInterval {
+        let base = requested ?? delay
+        let wait = base * pow(max(backoffMultiplier, 1), Double(min(failures, 64)))
+        return min(max(wait.isNaN ? 0 : wait, 0), max(maxDelay, 0))
+    }
+}
+
+extension OperationQueue {
+    /// Runs `request` as an operation of this queue: `receive` gets each element as it is decoded, in order, on
+    /// `completionQueue`, and then `completion` gets the outcome, exactly once, after the last element. No element
+    /// comes after the completion, not even after a cancellation.
+    ///
+    /// ```swift
+    /// queue.addRequest(Ticker(), completionQueue: .main) { event in
+    ///     label.text = event.data
+    /// } completion: { result in
+    ///     print(result)
+    /// }
+    /// ```
+    ///
+    /// When `completionQueue` is `nil`, both run on this queue's `underlyingQueue` if set, or else on a global queue,
+    /// one call at a time. Decoding runs there too, between calls.
+    @discardableResult
+    public func addRequest<T: StreamRequest>(
+        _ request: T,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        receive: @escaping (T.Element) -> Void,
+        completion: T.CompletionType? = nil
+    ) -> StreamRequestOperation<T> {
+        let operation = StreamRequestOperation(
+            request: request, session: session, completionQueue: completionQueue ?? underlyingQueue,
+            receive: receive, completion: completion
+        )
+        register(operation, for: request)
+        addOperation(operation)
+        return operation
+    }
+
+    /// Runs `request` as an operation of this queue, after `dependencies`, and returns its elements as they
+    /// arrive. The stream throws the request's failure (mapped with its `mapError`), and ends after the last element
+    /// on success.
+    ///
+    /// ```swift
+    /// for try await event in queue.stream(for: Ticker()) {
+    ///     print(event.data)
+    /// }
+    /// ```
+    ///
+    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, up to 64
+    /// elements wait for it, and then up to the request's ``StreamRequest/bufferSize`` bytes; past that the stream
+    /// throws ``StreamError/consumerTooSlow(bufferSize:)``.
+    public func stream<T: StreamRequest>(
+        for request: T,
+        session: URLSession = .shared,
+        after dependencies: [Operation] = []
+    ) -> AsyncThrowingStream<T.Element, Error> where T.Element: Sendable {
+        let buffer = ElementBuffer<T.Element>()
+        let operation = StreamRequestOperation(request: request, session: session, completionQueue: nil, buffer: buffer)
+        register(operation, for: request)
+        dependencies.forEach(operation.addDependency)
+        addOperation(operation)
+        // Dropped with the stream and its iterators: a loop that breaks, or a stream nobody reads, cancels the operation.
+        let owner = CancelsOnRelease(operation)
+        return AsyncThrowingStream(unfolding: {
+            try await withTaskCancellationHandler {
+                try await buffer.next()
+            } onCancel: {
+                owner.cancel()
+            }
+        })
+    }
+}
+
+/// Cancels an operation when it is released.
+private final class CancelsOnRelease: Sendable {
+    private let operation: Operation
+
+    init(_ operation: Operation) {
+        self.operation = operation
+    }
+
+    func cancel() {
+        operation.cancel()
+    }
+
+    deinit {
+        operation.cancel()
+    }
+}

@@ -199,7 +199,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
     /// `bytes` as text: bad bytes replaced, or rejected.
     private func text(_ bytes: ArraySlice<UInt8>) throws -> String {
         if rejectsInvalidUTF8 {
-            guard let text = String(bytes: bytes, encoding: .utf8) else { throw StreamError.invalidUTF8(line: lineNumber) }
+            guard let text = String(validatingUTF8Bytes: bytes) else { throw StreamError.invalidUTF8(line: lineNumber) }
             return text
         }
         return String(decoding: bytes, as: UTF8.self)

@@ -172,8 +172,7 @@ public struct LineDecoder: StreamDecoder {
         guard bytes.count <= maximumLineLength else {
             throw StreamError.lineTooLong(line: nextLineNumber, limit: maximumLineLength)
         }
-        // Foundation's initializer rather than `String(validating:as:)`, which Apple platforms have from 2024 only.
-        guard let line = String(bytes: bytes, encoding: .utf8) else {
+        guard let line = String(validatingUTF8Bytes: bytes) else {
             throw StreamError.invalidUTF8(line: nextLineNumber)
         }
         return line
@@ -216,5 +215,15 @@ public struct JSONLinesDecoder<Element: Decodable>: StreamDecoder {
         } catch {
             throw StreamError.invalidJSON(line: number, reason: String(describing: error))
         }
+    }
+}
+
+extension String {
+    /// `bytes` as text, or `nil` if they are not UTF-8; a byte-order mark is kept. (Foundation's
+    /// `String(bytes:encoding:)` drops one, and `String(validating:as:)` is on Apple platforms from 2024 only.)
+    init?<Bytes: Collection>(validatingUTF8Bytes bytes: Bytes) where Bytes.Element == UInt8 {
+        let isInvalid = transcode(bytes.makeIterator(), from: UTF8.self, to: UTF32.self, stoppingOnError: true) { _ in }
+        guard !isInvalid else { return nil }
+        self.init(decoding: bytes, as: UTF8.self)
     }
 }

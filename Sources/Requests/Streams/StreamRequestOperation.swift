@@ -104,8 +104,8 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         enqueue(.response(response, transfer), started: true)
     }
 
-    /// The next bytes of the body (called on the session's queue).
-    func streamDidReceive(_ data: Data) {
+    /// The next bytes of the body (called on the session's queue); returns whether they are still wanted.
+    func streamDidReceive(_ data: Data) -> Bool {
         enqueue(.bytes(data), bytes: data.count)
     }
 
@@ -133,9 +133,11 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     // MARK: - The pump
 
     /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when too much waits.
-    private func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false) {
+    /// Returns whether the stream still takes input.
+    @discardableResult
+    private func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false) -> Bool {
         let (startPump, overflow): (Bool, Int?) = withLock {
-            guard !isCompletedUnderLock, !stream.hasOverflowed else { return (false, nil) }
+            guard !isCompletedUnderLock, !stream.hasOverflowed else { return (false, -1) }
             if started { stream.hasStarted = true }
             stream.waitingBytes += bytes
             stream.bytes += Int64(bytes)
@@ -149,12 +151,15 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         }
         let receiver = self.receiver
         if let overflow {
+            guard overflow >= 0 else { return false }
             // Off the session's queue: the completion runs the monitors.
             DispatchQueue.global().async { receiver.fail(with: StreamError.consumerTooSlow(bufferSize: overflow)) }
+            return false
         }
         if startPump {
             pumpQueue.async { receiver.pump() }
         }
+        return true
     }
 
     /// Fails the stream at once, stopping its task.
@@ -243,14 +248,15 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
                 stream.connections += 1
             }
         } catch {
-            withLock { stream.phase = .rejected }
+            withLock { stream.phase = .rejected(error) }
+            // The task may have completed already; then the error above is the outcome all the same.
             transfer.stop(with: error)
         }
     }
 
     private func decode(_ data: Data) {
         let taken: R.Decoder? = withLock {
-            guard stream.phase == .streaming, let decoder = stream.decoder else { return nil }
+            guard case .streaming = stream.phase, let decoder = stream.decoder else { return nil }
             stream.decoder = nil // while it decodes
             return decoder
         }
@@ -298,7 +304,9 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             emit(.didReceive(attempt, response, bodyBytes: connectionBytes, duration: duration))
         }
         switch phase {
-        case .connecting, .rejected:
+        case let .rejected(rejection):
+            attemptFailed(attempt, with: rejection, response: response, duration: duration)
+        case .connecting:
             attemptFailed(attempt, with: error ?? URLError(.cannotParseResponse), response: response, duration: duration)
         case .closedByServer:
             complete(with: .success(summary()))
@@ -403,8 +411,8 @@ final class StreamState<Decoder: StreamDecoder> {
     enum Phase {
         /// Waiting for the connection's response to be checked.
         case connecting
-        /// The response was refused by a validation or the decoder; the connection is being stopped.
-        case rejected
+        /// The response was refused by a validation or the decoder, with this error; the connection is being stopped.
+        case rejected(Error)
         /// The body is being decoded.
         case streaming
         /// A 204: the server has no (more) stream.
@@ -536,7 +544,11 @@ final class StreamTransfer: AttemptTransfer, @unchecked Sendable {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
             return
         }
-        streamReceiver?.streamDidReceive(data)
+        // A stream that has its outcome wants no more: its task is cancelled here too, and again while bytes still
+        // come (Linux ignores a cancel that comes too early), so that it does not run on for nobody.
+        if streamReceiver?.streamDidReceive(data) != true {
+            stop(with: URLError(.cancelled))
+        }
     }
 
     override func dropBody() {
@@ -558,7 +570,7 @@ final class StreamTransfer: AttemptTransfer, @unchecked Sendable {
 /// the operation's generic type.
 protocol StreamReceiver: AnyObject, Sendable {
     func streamDidStart(_ response: HTTPURLResponse, transfer: StreamTransfer)
-    func streamDidReceive(_ data: Data)
+    func streamDidReceive(_ data: Data) -> Bool
     func pump()
     func consumerCaughtUp()
     func fail(with error: Error)

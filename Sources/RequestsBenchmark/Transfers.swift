@@ -34,7 +34,7 @@ private struct BenchUpload: UploadRequest {
 /// The child: runs one transfer, prints `bytes seconds peak`, and exits (1 when the transfer failed).
 func runTransferChild(_ arguments: [String]) -> Never {
     guard arguments.count == 3, let bytes = Int(arguments[1]), let base = URL(string: arguments[2]) else {
-        FileHandle.standardError.write(Data("usage: --transfer-child download|upload BYTES BASE_URL\n".utf8))
+        FileHandle.standardError.write(Data("usage: --transfer-child download|upload|stream|raw-stream|… BYTES BASE_URL\n".utf8))
         exit(2)
     }
     let configuration = URLSessionConfiguration.ephemeral
@@ -84,6 +84,10 @@ func runTransferChild(_ arguments: [String]) -> Never {
         guard case .failure(TransferLimitError.deadlineExceeded)? = operation.result else { exit(1) }
         start = started + deadline
         transferred = 0
+    case "stream", "raw-stream":
+        start = ResourceUsage.now()
+        guard let received = runStreamChild(arguments[0], bytes: bytes, base: base) else { exit(1) }
+        transferred = received
     default:
         exit(2)
     }

@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode, overhead, transfers, limits
+    case throughput, memory, cancel, decode, overhead, transfers, limits, streams
 }
 
 struct Options {
@@ -58,7 +58,8 @@ struct Options {
           --path PATH        path requested on --url (default /json)
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
-          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers,limits
+          --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers,limits,
+                             streams
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
                              every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
@@ -113,7 +114,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits,streams, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "--profile-side":
@@ -410,6 +411,14 @@ if options.only.contains(.limits) {
          measureTransfer("deadline", bytes: 1000, base: embedded.baseURL))
     }
     sections.append(limitsSection(bomb: bomb, huge: huge, late: late, bombBytes: bombBytes, hugeBytes: hugeBytes))
+}
+if options.only.contains(.streams) {
+    let bytes = options.smoke ? 16 << 20 : 1 << 30
+    let events = options.smoke ? 5_000 : 100_000
+    let figures = timed("9. Streams") {
+        measureStreams(bytes: bytes, rounds: options.smoke ? 1 : 3, events: events, cancels: options.smoke ? 10 : 100, server: embedded)
+    }
+    sections.append(streamSection(figures, bytes: bytes, events: events))
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

@@ -43,6 +43,16 @@ enum DemoServer {
         server.route("/demo/missing") { _ in
             .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
         }
+        // A price ticker as server-sent events: the first connection drops in the middle of event 6; a
+        // reconnection resumes after the Last-Event-ID it sends, and the feed ends after event 10.
+        server.stream("/demo/ticker") { request in
+            let after = request.headers["last-event-id"].flatMap(Int.init) ?? 0
+            let ticks = (after + 1...10).map { n in "id: \(n)\nevent: price\ndata: {\"symbol\":\"RCP\",\"price\":\(100 + n * 7 % 11)}" }
+            guard after == 0 else { return .events(ticks, intervalMilliseconds: 150) }
+            var first = LoopbackStream.events(["retry: 400"] + ticks.prefix(5), intervalMilliseconds: 150, ending: .close)
+            first.pieces.append(Data("id: 6\nevent: price\ndata: {\"sym".utf8))
+            return first
+        }
     }
 }
 
@@ -141,5 +151,28 @@ struct DemoDownload: DownloadRequest {
     var identifier: String { "demo-download" }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: DemoServer.url("/trickle/8000000?chunk=65536&interval=8"))))
+    }
+}
+
+/// The server's price ticker, as server-sent events that reconnect.
+struct TickerRequest: StreamRequest {
+    var identifier: String { "ticker" }
+    func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: DemoServer.url("/demo/ticker"))))
+    }
+}
+
+struct Tick: Decodable { let symbol: String; let price: Int }
+
+/// Prints each reconnection of a stream.
+struct ReconnectionPrinter: RequestEventMonitor {
+    let print: @Sendable (String) -> Void
+    func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval) {
+        print("connection \(attempt.number) dropped (\((error as? URLError).map { "URLError \($0.code.rawValue)" } ?? "\(error)"))")
+    }
+    func requestWillSend(_ attempt: RequestAttempt) {
+        guard attempt.number > 1 else { return }
+        print("reconnecting with Last-Event-ID: \(attempt.urlRequest.value(forHTTPHeaderField: "Last-Event-ID") ?? "none")")
     }
 }

@@ -269,6 +269,29 @@ do {
     check((try? download.result?.get()) == destination && size == 8_000_000, "the file holds every byte, and the progress moved with them")
 }
 
+// 10. server-sent events with a live ticker, and one reconnection with Last-Event-ID
+section("10. Server-sent events: a live ticker that reconnects")
+do {
+    let tickerQueue = OperationQueue()
+    tickerQueue.requestPolicies = RequestPolicies(monitors: [ReconnectionPrinter { line in
+        DispatchQueue.main.async { say("\r  ↻ " + line + String(repeating: " ", count: 12)) }
+    }])
+    var ids: [String] = []
+    var outcome: Result<StreamSummary, Error>?
+    tickerQueue.addRequest(TickerRequest(), session: session, completionQueue: .main) { event in
+        ids.append(event.id ?? "?")
+        if let tick = try? JSONDecoder().decode(Tick.self, from: Data(event.data.utf8)) {
+            say("\r  \(tick.symbol) \(tick.price)  (event \(event.id ?? "?"))      ", terminator: "")
+        }
+    } completion: { outcome = $0 }
+    runUntil { outcome != nil }
+    say("")
+    let summary = try? outcome?.get()
+    say("  events \(ids.joined(separator: " ")) over \(summary?.connections ?? 0) connections")
+    check(ids == (1...10).map(String.init) && summary?.connections == 2,
+          "every event once, in order, across a dropped connection resumed from its Last-Event-ID")
+}
+
 say("")
 say(failures == 0 ? "All demo steps behaved as described." : "\(failures) demo step(s) did not behave as described.")
 withExtendedLifetime(embeddedServer) {}

@@ -83,6 +83,15 @@ final class StreamProbe<Element>: @unchecked Sendable {
     var outcome: Result<StreamSummary, Error>? { outcomes.values.first }
 }
 
+/// The README's example, against the loopback server.
+private let chatAPI = Endpoint(TestServer.shared.baseURL.absoluteString)
+
+private struct Chat: StreamRequest, EndpointRequest {            // server-sent events
+    let prompt: String
+    var endpoint: Endpoint { chatAPI.post("chat", body: .json(["prompt": prompt])) }
+    func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
+}
+
 final class StreamTests: XCTestCase {
     private let server = TestServer.shared
 
@@ -110,6 +119,30 @@ final class StreamTests: XCTestCase {
         XCTAssertEqual(probe.outcomes.count, 1, "completions", file: file, line: line)
         XCTAssertEqual(probe.violations.values, [], file: file, line: line)
         return (probe, operation)
+    }
+
+    func testTheReadmeExample() async throws {
+        server.stream("/chat") { request in
+            let prompt = (try? JSONDecoder().decode([String: String].self, from: request.body))?["prompt"] ?? "?"
+            return .events(["data: You said", "data: \(prompt)"])
+        }
+        let queue = OperationQueue()
+        var text = ""
+        let done = expectation(description: "completion")
+        queue.addRequest(Chat(prompt: "Hello"), completionQueue: .main) { event in
+            text += event.data
+        } completion: { result in
+            XCTAssertEqual(result.success?.elements, 2)
+            done.fulfill()
+        }
+        await fulfillment(of: [done], timeout: 10)
+        XCTAssertEqual(text, "You saidHello")
+
+        var events: [String] = []
+        for try await event in queue.stream(for: Chat(prompt: "Hello")) {
+            events.append(event.data)
+        }
+        XCTAssertEqual(events, ["You said", "Hello"])
     }
 
     // MARK: - Chunks, lines, JSON lines

@@ -199,8 +199,9 @@ extension OperationQueue {
     }
 }
 
-/// Cancels an operation when it is released.
-private final class CancelsOnRelease: Sendable {
+/// Cancels an operation when it is released. (`Operation.cancel()` is thread-safe; Apple's SDK does not mark
+/// `Operation` `Sendable`.)
+private final class CancelsOnRelease: @unchecked Sendable {
     private let operation: Operation
 
     init(_ operation: Operation) {

@@ -499,6 +499,27 @@ final class StreamTests: XCTestCase {
         XCTAssertTrue(queue.requestCurrentlyExecuting(EventFeed(url: server.url(path))) == nil)
     }
 
+    func testTheQueuesAdaptersAndPreconditionsApplyToEachConnection() {
+        // Given an event stream that drops once, and a queue whose adapter tags each request
+        let path = path("adapted")
+        let tags = Recorder<String>()
+        server.stream(path) { request in
+            tags.append(request.headers["x-tag"] ?? "-")
+            return request.headers["last-event-id"] == nil ? .events(["retry: 1", "id: 1\ndata: a"], ending: .reset) : .events(["id: 2\ndata: b"])
+        }
+        let policies = RequestPolicies(
+            adapters: [.setHeader("stream", for: "X-Tag")],
+            preconditions: [RequestPrecondition { request in
+                guard request.value(forHTTPHeaderField: "X-Tag") == "stream" else { throw RequestQueueError.misuse("untagged") }
+            }]
+        )
+        // When it is read
+        let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default), policies: policies)
+        // Then both connections went through the adapter and the precondition
+        XCTAssertEqual(probe.elements.values.map(\.data), ["a", "b"])
+        XCTAssertEqual(tags.values, ["stream", "stream"])
+    }
+
     func testADeadlineAppliesOnlyWhenTheRequestAsks() {
         var limits = TransferLimits.stream
         limits.deadline = 0.3

@@ -16,6 +16,11 @@ final class ElementBuffer<Element: Sendable>: @unchecked Sendable {
     /// Called when the consumer has taken an element and there is room. Set before the operation starts.
     var onRoom: (@Sendable () -> Void)?
 
+    /// How many elements the storage holds, taken ones not yet dropped included (tests).
+    var storedCount: Int {
+        lock.withLock { elements.count }
+    }
+
     /// Whether ``capacity`` elements wait.
     var isFull: Bool {
         lock.withLock { elements.count - head >= Self.capacity }
@@ -57,11 +62,20 @@ final class ElementBuffer<Element: Sendable>: @unchecked Sendable {
                 elements.removeAll()
                 head = 0
             }
-            if head < elements.count {
+            if waiter != nil {
+                // Two loops over one stream: the second is told so, rather than left waiting.
+                lock.unlock()
+                continuation.resume(throwing: RequestQueueError.misuse("a stream's elements are read by one loop at a time"))
+            } else if head < elements.count {
                 let element = elements[head]
                 head += 1
+                // Taken elements are dropped once they are half the array, so that a consumer that is always a little
+                // behind does not keep every element it has read.
                 if head == elements.count {
                     elements.removeAll(keepingCapacity: true)
+                    head = 0
+                } else if head >= Self.capacity, head * 2 >= elements.count {
+                    elements.removeFirst(head)
                     head = 0
                 }
                 let onRoom = self.onRoom

@@ -101,20 +101,25 @@ public struct ServerSentEventDecoder: StreamDecoder {
 
     /// The events `bytes` completes.
     public mutating func decode(_ bytes: Data) throws -> [ServerSentEvent] {
+        var events: [ServerSentEvent] = []
+        try decode(bytes) { events.append($0) }
+        return events
+    }
+
+    /// Each event `bytes` completes.
+    public mutating func decode(_ bytes: Data, into deliver: (ServerSentEvent) throws -> Void) throws {
         var input = bytes
         if isAtStart {
             // A byte-order mark may arrive split over chunks: up to three bytes wait until it is ruled in or out.
             let needed = 3 - pendingStart.count
             pendingStart += input.prefix(needed)
             input = Data(input.dropFirst(needed))
-            if pendingStart.count < 3, Self.byteOrderMark.starts(with: pendingStart) { return [] }
+            if pendingStart.count < 3, Self.byteOrderMark.starts(with: pendingStart) { return }
             isAtStart = false
             if pendingStart != Self.byteOrderMark { input = Data(pendingStart) + input }
             pendingStart = []
         }
-        var events: [ServerSentEvent] = []
-        try input.withUnsafeBytes { try scan($0, into: &events) }
-        return events
+        try input.withUnsafeBytes { try scan($0, into: deliver) }
     }
 
     /// Nothing: an event the body ends in the middle of is dropped.
@@ -124,7 +129,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
 
     private static let byteOrderMark: [UInt8] = [0xEF, 0xBB, 0xBF]
 
-    private mutating func scan(_ buffer: UnsafeRawBufferPointer, into events: inout [ServerSentEvent]) throws {
+    private mutating func scan(_ buffer: UnsafeRawBufferPointer, into deliver: (ServerSentEvent) throws -> Void) throws {
         var start = 0
         if skipsLineFeed, start < buffer.count {
             skipsLineFeed = false
@@ -136,7 +141,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
                 return
             }
             try append(UnsafeRawBufferPointer(rebasing: buffer[start..<end]))
-            if let event = try endLine() { events.append(event) }
+            if let event = try endLine() { try deliver(event) }
             start = end + 1
             if buffer[end] == 0x0D {
                 if start < buffer.count {

@@ -13,8 +13,8 @@ public protocol StreamDecoder {
     /// What the stream yields.
     associatedtype Element
 
-    /// Headers each connection sends, unless the request already sets them (an event stream's `Accept`, and its
-    /// `Last-Event-ID` on a reconnection). Default: none.
+    /// Headers each connection sends, unless the request already sets them (an event stream's `Accept`), except
+    /// `Last-Event-ID`, which the decoder always sets when it has one. Default: none.
     var requestHeaders: [String: String] { get }
 
     /// Seconds the server asked the client to wait before it reconnects (an event stream's `retry` field), which
@@ -27,6 +27,11 @@ public protocol StreamDecoder {
 
     /// Decodes the next bytes of the body; returns the elements they complete, in order.
     mutating func decode(_ bytes: Data) throws -> [Element]
+
+    /// Decodes the next bytes of the body, handing each element to `deliver` as soon as it is complete, so that the
+    /// elements before a bad one are delivered before the error. A throw from `deliver` stops the decoding. The
+    /// operation calls this one. Default: ``decode(_:)``, then its elements.
+    mutating func decode(_ bytes: Data, into deliver: (Element) throws -> Void) throws
 
     /// The body has ended normally: returns what the last bytes complete (a last line without a newline), or
     /// throws for a truncated element. Not called when the connection fails.
@@ -47,6 +52,13 @@ extension StreamDecoder {
     public func validate(_ response: HTTPURLResponse) throws {}
     /// Nothing to carry over.
     public mutating func resume(after previous: Self) {}
+
+    /// ``decode(_:)``, then each of its elements.
+    public mutating func decode(_ bytes: Data, into deliver: (Element) throws -> Void) throws {
+        for element in try decode(bytes) {
+            try deliver(element)
+        }
+    }
 }
 
 /// Why a stream's body could not be decoded, or why its response is not a stream of the expected kind.
@@ -119,14 +131,20 @@ public struct LineDecoder: StreamDecoder {
 
     /// A decoder of lines up to `maximumLineLength` bytes (default ``defaultMaximumLineLength``).
     public init(maximumLineLength: Int = LineDecoder.defaultMaximumLineLength) {
-        self.maximumLineLength = max(0, maximumLineLength)
+        // Below `Int.max`, which the CR of a CRLF may pass by one.
+        self.maximumLineLength = min(max(0, maximumLineLength), Int.max - 1)
     }
 
     /// The lines `bytes` completes.
     public mutating func decode(_ bytes: Data) throws -> [String] {
         var lines: [String] = []
-        try split(bytes) { line, _ in lines.append(line) }
+        try decode(bytes) { lines.append($0) }
         return lines
+    }
+
+    /// Each line `bytes` completes.
+    public mutating func decode(_ bytes: Data, into deliver: (String) throws -> Void) throws {
+        try split(bytes) { line, _ in try deliver(line) }
     }
 
     /// The last line, if the body did not end with a line break.
@@ -195,11 +213,16 @@ public struct JSONLinesDecoder<Element: Decodable>: StreamDecoder {
     /// The values of the lines `bytes` completes.
     public mutating func decode(_ bytes: Data) throws -> [Element] {
         var values: [Element] = []
+        try decode(bytes) { values.append($0) }
+        return values
+    }
+
+    /// The value of each line `bytes` completes.
+    public mutating func decode(_ bytes: Data, into deliver: (Element) throws -> Void) throws {
         let decoder = self.decoder
         try lines.split(bytes) { line, number in
-            if let value = try Self.decode(line, number: number, with: decoder) { values.append(value) }
+            if let value = try Self.decode(line, number: number, with: decoder) { try deliver(value) }
         }
-        return values
     }
 
     /// The value of a last line without a line break.

@@ -78,7 +78,7 @@ public struct StreamSummary: Sendable {
     public let elements: Int
     /// The body bytes received, over every connection.
     public let bytes: Int64
-    /// The connections that were accepted: 1, plus one for each reconnection.
+    /// The connections whose response was accepted and streamed (a 204 that ends the stream is not counted).
     public let connections: Int
 }
 
@@ -86,7 +86,8 @@ public struct StreamSummary: Sendable {
 /// transport error, and, with ``reconnectsWhenServerCloses``, after a normal end. A reconnection sends the request
 /// again, built anew (so adapters and the authenticator run again), with the decoder's headers (an event stream's
 /// `Last-Event-ID`). It ends the stream instead when its response is a 204 (a success) or any status but 200 (a
-/// failure), and after ``maxAttempts`` connections in a row that delivered no element.
+/// failure, with no token refresh: a 401 ends it), and after ``maxAttempts`` connections in a row that delivered no
+/// element. A limit, a decoding error or a cancellation ends the stream; only a dropped connection reconnects.
 ///
 /// A stream whose first connection fails before it is accepted is handled by the request's ``RetryPolicy``, like
 /// any request, and only while no element has been delivered.
@@ -98,8 +99,10 @@ public struct ReconnectPolicy: Sendable, Equatable {
     public var backoffMultiplier: Double
     /// The longest wait. Default: 60 s.
     public var maxDelay: TimeInterval
-    /// Reconnections in a row that deliver no element before the stream fails with the last connection's error.
-    /// Default: 10.
+    /// Connections in a row that deliver no element (the one that just ended included) after which the stream
+    /// no longer reconnects: it fails with the last connection's error, or, after a normal end with
+    /// ``reconnectsWhenServerCloses``, succeeds. An event stream that only sends comments counts as delivering
+    /// nothing. Default: 10.
     public var maxAttempts: Int
     /// Whether a normal end of the body also reconnects, as `EventSource` does. Default: `false`: the stream
     /// succeeds, so that a finite stream (an answer streamed token by token, often sent with POST) is not sent again.
@@ -174,9 +177,10 @@ extension OperationQueue {
     /// }
     /// ```
     ///
-    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, up to 64
-    /// elements wait for it, and then up to the request's ``StreamRequest/bufferSize`` bytes; past that the stream
-    /// throws ``StreamError/consumerTooSlow(bufferSize:)``.
+    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, about 64
+    /// elements wait for it (those of one chunk are all handed over), and then up to the request's
+    /// ``StreamRequest/bufferSize`` bytes; past that the stream throws ``StreamError/consumerTooSlow(bufferSize:)``.
+    /// One loop at a time may read the stream.
     public func stream<T: StreamRequest>(
         for request: T,
         session: URLSession = .shared,

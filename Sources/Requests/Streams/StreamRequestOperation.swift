@@ -24,7 +24,8 @@ import Foundation
 ///
 /// It finishes when the stream ends, fails or is cancelled, so operations that depend on it run after it.
 public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOperation<R>, @unchecked Sendable {
-    private let sink: ElementSink<R.Element>
+    /// Where elements go, until the operation finishes. Guarded by the operation's lock.
+    private var sink: ElementSink<R.Element>?
     /// `self`, through an existential: the closures that run the pump must not capture `R`'s metatype.
     private var receiver: any StreamReceiver { self }
     /// Guarded by the operation's lock.
@@ -72,7 +73,10 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         if let previous { decoder.resume(after: previous) }
         var urlRequest = urlRequest
         for (name, value) in decoder.requestHeaders {
-            urlRequest.setValue(value, forHTTPHeaderField: name)
+            // The request's own headers win, except the decoder's place in the stream.
+            if urlRequest.value(forHTTPHeaderField: name) == nil || name.caseInsensitiveCompare("Last-Event-ID") == .orderedSame {
+                urlRequest.setValue(value, forHTTPHeaderField: name)
+            }
         }
         do {
             try HeaderSafety.check(urlRequest)
@@ -118,7 +122,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         }
         if hasStarted {
             enqueue(.end(error))
-        } else if isReconnection, policy != nil, let error, error is URLError {
+        } else if isReconnection, policy != nil, let error, Self.isDrop(error) {
             // The server could not be reached again: try again later, as for a connection that dropped.
             reconnect(after: error, response: nil)
         } else {
@@ -130,6 +134,18 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         withLock { stream.elements == 0 && stream.reconnections == 0 }
     }
 
+    /// Reached only by a reconnection answered with a 2xx other than 200 or 204, which ends the stream.
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<StreamSummary> {
+        throw RequestQueueError.invalidStatusCode(statusCode: response.statusCode, response: response, body: body.errorPayload)
+    }
+
+    /// Whether `error` is a connection that dropped (or could not be made), after which a stream may reconnect;
+    /// a limit, a decoding error or a cancellation ends it.
+    private static func isDrop(_ error: Error) -> Bool {
+        guard let error = error as? URLError else { return false }
+        return error.code != .cancelled
+    }
+
     // MARK: - The pump
 
     /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when too much waits.
@@ -139,7 +155,8 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         let (startPump, overflow): (Bool, Int?) = withLock {
             guard !isCompletedUnderLock, !stream.hasOverflowed else { return (false, -1) }
             if started { stream.hasStarted = true }
-            stream.waitingBytes += bytes
+            // Each input costs its bytes and its bookkeeping, so that a server sending tiny pieces is bounded too.
+            stream.waitingBytes += bytes + StreamState<R.Decoder>.inputOverhead
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
             guard stream.waitingBytes <= stream.bufferSize else {
@@ -196,7 +213,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
                     defer { stream.deferredCompletion = nil }
                     return .stop(then: stream.deferredCompletion)
                 }
-                if sink.isFull() {
+                if let sink, sink.isFull() {
                     stream.isPumping = false
                     stream.isParked = true
                     return .stop(then: nil)
@@ -231,7 +248,10 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     /// Runs the validations and the decoder's check on an accepted response; a failure stops the connection.
     private func check(_ response: HTTPURLResponse, transfer: StreamTransfer) {
         guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, stream.decoder) }) else { return }
-        withLock { run.response = response }
+        withLock {
+            run.response = response
+            stream.lastResponse = response
+        }
         guard response.statusCode != 204 else {
             withLock { stream.phase = .closedByServer }
             return
@@ -260,34 +280,37 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             stream.decoder = nil // while it decodes
             return decoder
         }
-        var elements: [R.Element] = []
-        var failure: Error?
         if var decoder = taken {
+            var failure: Error?
             do {
-                elements = try decoder.decode(data)
+                try decoder.decode(data) { element in
+                    guard deliver(element) else { throw StopDecoding() }
+                }
+            } catch is StopDecoding {
             } catch {
                 failure = error
             }
             withLock { stream.decoder = decoder }
+            if let failure {
+                interrupt(with: failure)
+            }
         }
-        withLock { stream.waitingBytes -= data.count }
-        deliver(elements)
-        if let failure {
-            interrupt(with: failure)
-        }
+        withLock { stream.waitingBytes -= data.count + StreamState<R.Decoder>.inputOverhead }
     }
 
-    /// Hands `elements` to the consumer, in order, unless the operation completes meanwhile.
-    private func deliver(_ elements: [R.Element]) {
-        for element in elements {
-            let counted: Bool? = ifNotCompleted {
-                stream.elements += 1
-                stream.connectionElements += 1
-                return true
-            }
-            guard counted != nil else { return }
-            sink.deliver(element)
+    /// The operation completed while a chunk was being decoded.
+    private struct StopDecoding: Error {}
+
+    /// Hands `element` to the consumer unless the operation has completed; returns whether it did.
+    private func deliver(_ element: R.Element) -> Bool {
+        let sink: ElementSink<R.Element>?? = ifNotCompleted {
+            stream.elements += 1
+            stream.connectionElements += 1
+            return self.sink
         }
+        guard let sink = sink ?? nil else { return false }
+        sink.deliver(element)
+        return true
     }
 
     /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
@@ -312,7 +335,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             complete(with: .success(summary()))
         case .streaming:
             if let error {
-                if policy != nil {
+                if policy != nil, Self.isDrop(error) {
                     reconnect(after: error, response: response)
                 } else if elements == 0 {
                     attemptFailed(attempt, with: error, response: response, duration: duration)
@@ -321,12 +344,19 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
                 }
                 return
             }
-            var decoder = withLock { stream.decoder }
-            do {
-                deliver(try decoder?.finish() ?? [])
-            } catch {
-                interrupt(with: error)
-                return
+            let taken: R.Decoder? = withLock {
+                defer { stream.decoder = nil }
+                return stream.decoder
+            }
+            if var decoder = taken {
+                do {
+                    try decoder.finish().forEach { _ = deliver($0) }
+                } catch {
+                    withLock { stream.decoder = decoder }
+                    interrupt(with: error)
+                    return
+                }
+                withLock { stream.decoder = decoder }
             }
             if policy?.reconnectsWhenServerCloses == true {
                 reconnect(after: nil, response: response)
@@ -351,7 +381,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             return
         }
         // The first reconnection after a connection that delivered something waits the plain delay.
-        let delay = policy.delay(afterEmptyConnections: max(emptyInARow - 1, 0), requested: decoder?.reconnectionDelay)
+        let delay = policy.delay(afterEmptyConnections: emptyInARow, requested: decoder?.reconnectionDelay)
         withLock { stream.reconnections += 1 }
         if let error {
             emit(.didFail(attempt, error, duration: duration))
@@ -361,16 +391,22 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     private func summary() -> StreamSummary {
         withLock {
-            StreamSummary(response: run.response, elements: stream.elements, bytes: stream.bytes, connections: stream.connections)
+            StreamSummary(response: run.response ?? stream.lastResponse, elements: stream.elements, bytes: stream.bytes, connections: stream.connections)
         }
     }
 
     // MARK: - The end
 
-    /// The completion waits for a pump at work, so that no element is delivered beside it or after it.
+    /// The monitors' `requestDidFinish` and the completion wait for a pump at work, so that no element is delivered
+    /// beside them or after them.
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
         let receiver = self.receiver
-        super.willDeliver(error) { receiver.runAfterPump(runCompletion) }
+        runAfterPump { receiver.finishDelivery(error, then: runCompletion) }
+    }
+
+    /// The base class's delivery: the monitors, then the completion.
+    func finishDelivery(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        super.willDeliver(error, then: runCompletion)
     }
 
     /// Runs `completion` now, or when the pump at work stops.
@@ -385,6 +421,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     public override func releaseResources() {
         withLock {
+            sink = nil
             stream.decoder = nil
             stream.inbox.removeAll()
         }
@@ -444,6 +481,11 @@ final class StreamState<Decoder: StreamDecoder> {
     var connectionElements = 0
     var connectionBytes = 0
     var emptyConnectionsInARow = 0
+    /// The last response accepted, kept for the summary while a reconnection waits or fails.
+    var lastResponse: HTTPURLResponse?
+
+    /// What an input costs besides its bytes, against the buffer size.
+    static var inputOverhead: Int { 64 }
 
     func startConnection() {
         phase = .connecting
@@ -539,14 +581,15 @@ final class StreamTransfer: AttemptTransfer, @unchecked Sendable {
         }
         streamed += Int64(data.count)
         let tooLarge = rules.limits.maximumBodySize.map { streamed > $0 } ?? false
+        // Handed over under the lock, so that no chunk can follow the end of an attempt that a rule stopped from
+        // another thread (the minimum-speed watchdog).
+        let wanted = !tooLarge && streamReceiver?.streamDidReceive(data) == true
         lock.unlock()
         if tooLarge, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
-            return
-        }
-        // A stream that has its outcome wants no more: its task is cancelled here too, and again while bytes still
-        // come (Linux ignores a cancel that comes too early), so that it does not run on for nobody.
-        if streamReceiver?.streamDidReceive(data) != true {
+        } else if !wanted {
+            // A stream that has its outcome wants no more: its task is cancelled here too, and again while bytes
+            // still come (Linux ignores a cancel that comes too early), so that it does not run on for nobody.
             stop(with: URLError(.cancelled))
         }
     }
@@ -575,6 +618,7 @@ protocol StreamReceiver: AnyObject, Sendable {
     func consumerCaughtUp()
     func fail(with error: Error)
     func runAfterPump(_ completion: @escaping @Sendable () -> Void)
+    func finishDelivery(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void)
 }
 
 extension StreamRequestOperation: StreamReceiver {}

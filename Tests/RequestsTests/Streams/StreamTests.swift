@@ -26,6 +26,10 @@ struct StreamOf<D: StreamDecoder>: StreamRequest {
     }
 }
 
+private struct Tick: Decodable, Equatable, Sendable {
+    let n: Int
+}
+
 /// An event stream with every default, as a user writes one.
 struct EventFeed: StreamRequest {
     let url: URL
@@ -183,9 +187,6 @@ final class StreamTests: XCTestCase {
         XCTAssertEqual(probe.elements.values, ["first", "second", "\u{FEFF}kept", "third"])
     }
 
-    private struct Tick: Decodable, Equatable, Sendable {
-        let n: Int
-    }
 
     func testABadJSONLineFailsWithItsNumberAfterTheLinesBeforeIt() throws {
         // Given NDJSON whose third line is not a Tick
@@ -504,11 +505,11 @@ final class StreamTests: XCTestCase {
         let path = path("adapted")
         let tags = Recorder<String>()
         server.stream(path) { request in
-            tags.append(request.headers["x-tag"] ?? "-")
+            tags.append((request.headers["x-tag"] ?? "-") + " " + (request.headers["accept"] ?? "-"))
             return request.headers["last-event-id"] == nil ? .events(["retry: 1", "id: 1\ndata: a"], ending: .reset) : .events(["id: 2\ndata: b"])
         }
         let policies = RequestPolicies(
-            adapters: [.setHeader("stream", for: "X-Tag")],
+            adapters: [.setHeader("stream", for: "X-Tag"), .setHeader("text/event-stream; charset=utf-8", for: "Accept")],
             preconditions: [RequestPrecondition { request in
                 guard request.value(forHTTPHeaderField: "X-Tag") == "stream" else { throw RequestQueueError.misuse("untagged") }
             }]
@@ -517,7 +518,55 @@ final class StreamTests: XCTestCase {
         let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default), policies: policies)
         // Then both connections went through the adapter and the precondition
         XCTAssertEqual(probe.elements.values.map(\.data), ["a", "b"])
-        XCTAssertEqual(tags.values, ["stream", "stream"])
+        // And the request's own Accept header was kept over the decoder's
+        XCTAssertEqual(tags.values, ["stream text/event-stream; charset=utf-8", "stream text/event-stream; charset=utf-8"])
+    }
+
+    func testALimitEndsAReconnectingStreamInsteadOfReconnecting() {
+        // Given an event stream with more events than its body limit allows, and the default reconnection
+        let path = path("limit-no-reconnect")
+        server.stream(path) { _ in .events((1...200).map { "id: \($0)\ndata: event number \($0)" }) }
+        var limits = TransferLimits.stream
+        limits.maximumBodySize = 2000
+        // When it is read
+        let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default, ownLimits: limits))
+        // Then the limit ends it: a limit is not a dropped connection
+        XCTAssertEqual(probe.outcome?.failure as? TransferLimitError, .responseTooLarge(limit: 2000))
+        XCTAssertEqual(server.requestCount(path: path), 1)
+    }
+
+    func testTheElementsBeforeABadLineInTheSameChunkAreDelivered() {
+        let path = path("bad-line-same-chunk")
+        server.stream(path) { _ in LoopbackStream(pieces: [Data("{\"n\":1}\n{\"n\":\"x\"}\n{\"n\":3}\n".utf8)]) }
+        let (probe, _) = run(StreamOf(url: server.url(path)) { JSONLinesDecoder<Tick>() })
+        XCTAssertEqual(probe.elements.values, [Tick(n: 1)])
+        guard case let .invalidJSON(line, _)? = probe.outcome?.failure as? StreamError else { return XCTFail("\(String(describing: probe.outcome))") }
+        XCTAssertEqual(line, 2)
+    }
+
+    func testAReconnectionAnsweredWithAnotherSuccessStatusFails() {
+        let path = path("reconnect-201")
+        server.stream(path) { request in
+            request.headers["last-event-id"] == nil
+                ? .events(["retry: 1", "id: 1\ndata: one"], ending: .reset)
+                : LoopbackStream(status: 201, headers: ["Content-Type": "text/event-stream"], pieces: [Data("data: two\n\n".utf8)])
+        }
+        let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default))
+        XCTAssertEqual((probe.outcome?.failure as? RequestQueueError)?.statusCode, 201)
+        XCTAssertEqual(probe.elements.values.map(\.data), ["one"])
+    }
+
+    func testTheHandlerIsReleasedWhenTheOperationFinishes() {
+        let path = path("release")
+        server.stream(path) { _ in .events(["data: a"]) }
+        let queue = OperationQueue()
+        let (operation, weakTracker) = { () -> (StreamRequestOperation<EventFeed>, Weak<Sentinel>) in
+            let tracker = Sentinel()
+            let operation = queue.addRequest(EventFeed(url: server.url(path)), session: testSession) { _ in _ = tracker } completion: { _ in }
+            return (operation, Weak(tracker))
+        }()
+        waitUntil("the stream finishes") { operation.isFinished }
+        waitUntil("the handler is released") { weakTracker.object == nil }
     }
 
     func testADeadlineAppliesOnlyWhenTheRequestAsks() {

@@ -155,8 +155,8 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         let (startPump, overflow): (Bool, Int?) = withLock {
             guard !isCompletedUnderLock, !stream.hasOverflowed else { return (false, -1) }
             if started { stream.hasStarted = true }
-            // Each input costs its bytes and its bookkeeping, so that a server sending tiny pieces is bounded too.
-            stream.waitingBytes += bytes + StreamState<R.Decoder>.inputOverhead
+            // A chunk costs its bytes and its bookkeeping, so that a server sending tiny pieces is bounded too.
+            if case .bytes = input { stream.waitingBytes += bytes + StreamState<R.Decoder>.inputOverhead }
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
             guard stream.waitingBytes <= stream.bufferSize else {

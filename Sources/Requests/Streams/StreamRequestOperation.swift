@@ -148,12 +148,21 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     // MARK: - The pump
 
+    /// What became of an input handed to the stream.
+    private enum Admission {
+        case queued(startPump: Bool)
+        /// The stream has its outcome, or is failing: it takes nothing more.
+        case refused
+        /// It would have made more than the buffer size wait: the stream fails.
+        case overflowed(bufferSize: Int)
+    }
+
     /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when too much waits.
     /// Returns whether the stream still takes input.
     @discardableResult
     private func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false) -> Bool {
-        let (startPump, overflow): (Bool, Int?) = withLock {
-            guard !isCompletedUnderLock, !stream.hasOverflowed else { return (false, -1) }
+        let admission: Admission = withLock {
+            guard !isCompletedUnderLock, !stream.hasOverflowed else { return .refused }
             if started { stream.hasStarted = true }
             // A chunk costs its bytes and its bookkeeping, so that a server sending tiny pieces is bounded too.
             if case .bytes = input { stream.waitingBytes += bytes + StreamState<R.Decoder>.inputOverhead }
@@ -161,22 +170,25 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             stream.connectionBytes += bytes
             guard stream.waitingBytes <= stream.bufferSize else {
                 stream.hasOverflowed = true
-                return (false, stream.bufferSize)
+                return .overflowed(bufferSize: stream.bufferSize)
             }
             stream.inbox.append(input)
-            return (stream.claimPump(), nil)
+            return .queued(startPump: stream.claimPump())
         }
         let receiver = self.receiver
-        if let overflow {
-            guard overflow >= 0 else { return false }
-            // Off the session's queue: the completion runs the monitors.
-            DispatchQueue.global().async { receiver.fail(with: StreamError.consumerTooSlow(bufferSize: overflow)) }
+        switch admission {
+        case .refused:
             return false
+        case let .overflowed(bufferSize):
+            // Off the session's queue: the completion runs the monitors.
+            DispatchQueue.global().async { receiver.fail(with: StreamError.consumerTooSlow(bufferSize: bufferSize)) }
+            return false
+        case let .queued(startPump):
+            if startPump {
+                pumpQueue.async { receiver.pump() }
+            }
+            return true
         }
-        if startPump {
-            pumpQueue.async { receiver.pump() }
-        }
-        return true
     }
 
     /// Fails the stream at once, stopping its task.

@@ -27,6 +27,38 @@ final class ValidationThroughStubsTests: XCTestCase {
         XCTAssertEqual(body, Data(#"{"error":"not found"}"#.utf8))
     }
 
+    private struct Events: StreamRequest {
+        let url: URL
+        var identifier: String { url.absoluteString }
+        func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
+        func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+            completion(.success(URLRequest(url: url)))
+        }
+    }
+
+    func testAStubbedEventStreamIsDecodedAndAStubbedErrorStatusIsNot() async throws {
+        // Given an event stream and a 503 stubbed
+        let (session, stubs) = URLSession.stubbed()
+        stubs.stub(path: "/events", StubResponse(headers: ["Content-Type": "text/event-stream"], body: Data("id: 1\ndata: a\n\ndata: b\n\n".utf8)))
+        stubs.stub(path: "/down", .json(#"{"error":"down"}"#, status: 503))
+        // When each is read as a stream
+        var events: [ServerSentEvent] = []
+        for try await event in OperationQueue().stream(for: Events(url: api.appendingPathComponent("events")), session: session) {
+            events.append(event)
+        }
+        // Then the events arrive, and the 503 fails with its body before any event
+        XCTAssertEqual(events, [ServerSentEvent(data: "a", id: "1"), ServerSentEvent(data: "b", id: "1")])
+        do {
+            for try await _ in OperationQueue().stream(for: Events(url: api.appendingPathComponent("down")), session: session) {
+                XCTFail("an event from a 503")
+            }
+            XCTFail("no failure")
+        } catch {
+            XCTAssertEqual((error as? RequestQueueError)?.statusCode, 503)
+            XCTAssertEqual((error as? RequestQueueError)?.responseBody, Data(#"{"error":"down"}"#.utf8))
+        }
+    }
+
     func testA204SatisfiesANoContentRequest() {
         // Given a 204
         let (session, stubs) = URLSession.stubbed()

@@ -385,6 +385,17 @@ final class StreamTests: XCTestCase {
         XCTAssertLessThanOrEqual(probe.elements.values.reduce(0) { $0 + $1.count }, 100_000)
     }
 
+    func testTheMinimumSpeedAppliesWhenTheRequestSetsIt() throws {
+        // Given a body that trickles a byte every 100 ms
+        var limits = TransferLimits.stream
+        limits.minimumSpeed = MinimumSpeed(bytes: 1024, seconds: 1)
+        // When it is streamed with a minimum of 1 KiB a second
+        let (probe, _) = run(StreamOf(url: server.url("/hostile/endless?chunk=1&interval=100"), decoder: { DataChunkDecoder() }, ownLimits: limits))
+        // Then it fails as too slow, after the bytes that came
+        XCTAssertEqual(probe.outcome?.failure as? TransferLimitError, .tooSlow(MinimumSpeed(bytes: 1024, seconds: 1)))
+        XCTAssertGreaterThan(probe.elements.count, 0)
+    }
+
     func testAConsumerThatFallsBehindFailsTheStreamInsteadOfGrowingMemory() throws {
         // Given a fast body of 64 MiB and a handler that takes 20 ms a chunk
         let request = StreamOf(url: server.url("/bytes/67108864"), decoder: { DataChunkDecoder() }, ownBufferSize: 1024 * 1024)

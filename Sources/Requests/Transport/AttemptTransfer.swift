@@ -21,7 +21,7 @@ struct TransferRules: Sendable {
 /// slow `processResponse` or a large decode never delays another request on the same session).
 ///
 /// A rule that is broken ends the attempt at once with its error and cancels the task; the task's own completion
-/// is then ignored. Subclasses keep the body: ``MemoryTransfer`` in memory, `DownloadTransfer` in a file.
+/// is then ignored. Subclasses keep the body: ``MemoryTransfer`` in memory, `FileTransfer` in a file, `StreamTransfer` nowhere.
 class AttemptTransfer: @unchecked Sendable {
     private weak var receiver: (any AttemptReceiver)?
     let rules: TransferRules
@@ -72,8 +72,13 @@ class AttemptTransfer: @unchecked Sendable {
     func didFinishDownloading(to location: URL) {}
     func didComplete(response: URLResponse?, error: Error?) {}
 
-    /// Whether to go on with the response whose headers just arrived (data and upload tasks only). A
-    /// `Content-Length` above the body limit stops it before any of the body is read.
+    /// The most bytes the body may have: ``TransferLimits/maximumBodySize`` for a body kept in memory.
+    var bodyLimit: Int64? {
+        rules.limits.maximumBodySize
+    }
+
+    /// Whether to go on with the response whose headers just arrived. A `Content-Length` above ``bodyLimit``
+    /// stops it before any of the body is read.
     func shouldAccept(_ response: URLResponse) -> Bool {
         startWindowIfNeeded()
         lock.lock()
@@ -83,7 +88,7 @@ class AttemptTransfer: @unchecked Sendable {
         // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.
         let status = (response as? HTTPURLResponse)?.statusCode ?? 200
         let hasBody = !isHead && status >= 200 && status != 204 && status != 304
-        if let limit = rules.limits.maximumBodySize, response.expectedContentLength > limit, hasBody {
+        if let limit = bodyLimit, response.expectedContentLength > limit, hasBody {
             // Linux ignores the `.cancel` answer (see `TransferSession`), so the task is cancelled too.
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
             return false

@@ -10,8 +10,7 @@ import Glibc
 ///
 /// It runs as a ``DownloadRequestOperation``: with every policy and the status check of other requests, byte
 /// counts in ``RequestOperation/progress``, and flat memory. A response that fails the status check, a failure,
-/// and a cancellation leave the destination as it was, and no file behind (see `PartialDownloads` for the one
-/// case Requests cannot always resolve).
+/// and a cancellation leave the destination as it was, and no file behind.
 public protocol DownloadRequest: DataRequest where Success == URL {
     /// Where the file goes. Default: `nil`, a new folder in the temporary directory holding the file under the
     /// response's suggested name (or the URL's last path component); move it from there if you keep it.

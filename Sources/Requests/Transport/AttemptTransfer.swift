@@ -68,8 +68,6 @@ class AttemptTransfer: @unchecked Sendable {
 
     func didSend(total: Int64, expected: Int64) {}
     func didReceive(_ data: Data) {}
-    func didWrite(total: Int64, expected: Int64) {}
-    func didFinishDownloading(to location: URL) {}
     func didComplete(response: URLResponse?, error: Error?) {}
 
     /// The most bytes the body may have: ``TransferLimits/maximumBodySize`` for a body kept in memory.

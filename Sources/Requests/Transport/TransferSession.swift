@@ -16,7 +16,7 @@ import Foundation
 /// this delegate and a `CallbackQueue`. The caller session's delegate still answers authentication challenges, on
 /// its own delegate queue; its other callbacks are not called. Such a session is invalidated (after its tasks finish) the next
 /// time Requests derives one, once the caller's session it came from has been released.
-final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloadDelegate, @unchecked Sendable {
+final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// Throws ``RequestQueueError/misuse(_:)`` for a background session, whose tasks cannot have a delegate of their own.
     static func checkSupported(_ base: URLSession) throws {
         guard base.configuration.identifier == nil else {
@@ -121,14 +121,6 @@ final class TransferSession: NSObject, URLSessionDataDelegate, URLSessionDownloa
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         handler(for: dataTask)?.didReceive(data)
-    }
-
-    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didWriteData bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        handler(for: downloadTask)?.didWrite(total: totalBytesWritten, expected: totalBytesExpectedToWrite)
-    }
-
-    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
-        handler(for: downloadTask)?.didFinishDownloading(to: location)
     }
 
     #if !canImport(FoundationNetworking)

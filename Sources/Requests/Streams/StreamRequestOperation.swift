@@ -600,9 +600,10 @@ final class StreamTransfer: AttemptTransfer, @unchecked Sendable {
         if tooLarge, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
         } else if !wanted {
-            // A stream that has its outcome wants no more: its task is cancelled here too, and again while bytes
-            // still come (Linux ignores a cancel that comes too early), so that it does not run on for nobody.
-            stop(with: URLError(.cancelled))
+            // A stream that has its outcome wants no more. Its operation has cancelled the task; if Linux ignored that
+            // cancel (one that comes too early), the bytes that keep coming cancel it again, so that it does not run
+            // on for nobody.
+            abandon()
         }
     }
 

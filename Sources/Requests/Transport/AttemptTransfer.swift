@@ -172,6 +172,19 @@ class AttemptTransfer: @unchecked Sendable {
         stop(delivering: body, error: nil)
     }
 
+    /// Ends the attempt for an operation that has its outcome already (a stream that completed): nothing is delivered,
+    /// and the task is not cancelled again here, since the operation's own cancel is on its way (each cancel that
+    /// meets the task as it completes risks Foundation's crash, see `cancelSoon`); bytes that still come cancel it
+    /// again after half a second.
+    final func abandon() {
+        let claimed = claim()
+        guard claimed.first else { return }
+        dropBody()
+        lock.lock()
+        lastCancel = .now()
+        lock.unlock()
+    }
+
     private func stop(delivering body: ResponseBody, error: Error?) {
         let claimed = claim()
         guard claimed.first else { return }

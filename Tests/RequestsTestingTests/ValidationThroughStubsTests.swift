@@ -59,6 +59,25 @@ final class ValidationThroughStubsTests: XCTestCase {
         }
     }
 
+    private struct Fetch: DownloadRequest {
+        let url: URL
+        var identifier: String { url.absoluteString }
+        func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+            completion(.success(URLRequest(url: url)))
+        }
+    }
+
+    func testAStubbedDownloadIsWrittenToItsFile() async throws {
+        // Given a stubbed file (a DownloadRequest runs as a data task, which a URLProtocol can answer)
+        let (session, stubs) = URLSession.stubbed()
+        stubs.stub(path: "/file.bin", StubResponse(body: Data("file contents".utf8)))
+        // When it is downloaded
+        let file = try await OperationQueue().response(for: Fetch(url: api.appendingPathComponent("file.bin")), session: session)
+        defer { try? FileManager.default.removeItem(at: file.deletingLastPathComponent()) }
+        // Then the file holds the stub's body
+        XCTAssertEqual(try Data(contentsOf: file), Data("file contents".utf8))
+    }
+
     func testA204SatisfiesANoContentRequest() {
         // Given a 204
         let (session, stubs) = URLSession.stubbed()

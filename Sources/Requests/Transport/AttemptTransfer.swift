@@ -45,14 +45,7 @@ class AttemptTransfer: @unchecked Sendable {
         self.rules = rules
     }
 
-    /// Whether the outcome has been handed on, or a rule ended the attempt.
-    final var hasEnded: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return isOver
-    }
-
-    /// ``hasEnded`` for a subclass that holds `lock`.
+    /// Whether the outcome has been handed on, or a rule ended the attempt, for a subclass that holds `lock`.
     final var isOverUnderLock: Bool {
         isOver
     }

@@ -39,7 +39,12 @@ enum Sys {
 
     /// Sends every byte, retrying on EINTR and partial writes. Returns `false` if the socket failed.
     static func sendAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard var pointer = bytes.baseAddress else { return true }
+        sendCounting(fd, bytes) == bytes.count
+    }
+
+    /// Sends every byte like `sendAll`, and returns how many the socket accepted: `bytes.count` unless it failed.
+    static func sendCounting(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard var pointer = bytes.baseAddress else { return 0 }
         var remaining = bytes.count
         while remaining > 0 {
             let sent = send(fd, pointer, remaining, sendFlags)
@@ -49,10 +54,10 @@ enum Sys {
             } else if sent < 0 && errno == EINTR {
                 continue
             } else {
-                return false
+                break
             }
         }
-        return true
+        return bytes.count - remaining
     }
 
     static func sendAll(_ fd: Int32, _ data: Data) -> Bool {

@@ -167,10 +167,12 @@ enum Reply {
     case endless(chunk: Int, interval: Int)
     /// A body sent piece by piece.
     case stream(LoopbackStream)
+    /// A representation served with `Range` and `If-Range`, and perhaps cut off.
+    case resource(LoopbackResource)
 }
 
-/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`, `/fault/…`,
-/// `/hostile/…`).
+/// The built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/ranged/N`, `/sink…`,
+/// `/fault/…`, `/hostile/…`).
 enum BuiltinRoutes {
     static let recipeJSON = #"{"name":"Pancakes","ingredients":["flour","milk","eggs"],"steps":["mix","fry"]}"#
 
@@ -225,6 +227,10 @@ enum BuiltinRoutes {
             let interval = request.query["interval"].flatMap { Int($0) } ?? 100
             guard n >= 0, chunk > 0, interval >= 0 else { return .response(badRequest) }
             return .trickle(count: n, chunk: chunk, interval: interval)
+        }
+        if let n = number(after: "/ranged/", in: path) {
+            guard n >= 0, let resource = LoopbackResource.builtin(length: n, query: request.query) else { return .response(badRequest) }
+            return .resource(resource)
         }
         if let reply = hostileReply(for: request) {
             return reply

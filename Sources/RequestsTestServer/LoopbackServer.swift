@@ -8,7 +8,7 @@ import Darwin
 /// A small, dependency-free HTTP/1.1 server on 127.0.0.1 for tests.
 ///
 /// It binds an ephemeral port, serves each connection on its own thread with keep-alive,
-/// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/sink…`,
+/// offers built-in routes (`/json`, `/status/N`, `/delay/N`, `/echo`, `/bytes/N`, `/trickle/N`, `/ranged/N`, `/sink…`,
 /// and faults under `/fault/…`: `close-mid-body` (a `Content-Length` larger than the body sent), `never-respond`,
 /// `reset-before-headers`, `reset-mid-body`, `invalid-chunked`, `redirect-loop`, `html-error`, `html-page`,
 /// `invalid-json`) and custom ones via ``route(_:handler:)``.
@@ -106,6 +106,7 @@ public final class LoopbackServer: @unchecked Sendable {
     public func route(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackResponse) {
         core.withLock {
             core.streamRoutes[path] = nil
+            core.resourceRoutes[path] = nil
             core.routes[path] = handler
         }
     }
@@ -115,7 +116,19 @@ public final class LoopbackServer: @unchecked Sendable {
     public func stream(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackStream) {
         core.withLock {
             core.routes[path] = nil
+            core.resourceRoutes[path] = nil
             core.streamRoutes[path] = handler
+        }
+    }
+
+    /// Serves a ``LoopbackResource`` at an exact path: a representation with `Range` / `If-Range` support and
+    /// optional faults, to test resumable downloads. The handler runs for every request, so it can change the
+    /// version or the cut between requests with state of its own. Replaces any route for `path`.
+    public func resource(_ path: String, handler: @escaping @Sendable (LoopbackRequest) -> LoopbackResource) {
+        core.withLock {
+            core.routes[path] = nil
+            core.streamRoutes[path] = nil
+            core.resourceRoutes[path] = handler
         }
     }
 
@@ -156,6 +169,14 @@ public final class LoopbackServer: @unchecked Sendable {
         core.withLock { core.requestCounts[path] ?? 0 }
     }
 
+    /// The body bytes written to the socket for requests to `path` (query excluded), over all its requests.
+    /// Only ``LoopbackResource`` bodies (``resource(_:handler:)`` and `/ranged/N`) are counted; other routes add 0.
+    /// A piece is counted as it is handed to the socket, so the count is complete by the time a client has the
+    /// whole body (or sees a cut); bytes the socket refused, because the client went away, are taken off again.
+    public func bodyBytesSent(path: String) -> Int {
+        core.withLock { core.bodyBytes[path] ?? 0 }
+    }
+
     /// The number of requests fully received on all paths.
     public var totalRequestCount: Int {
         core.withLock { core.totalRequests }
@@ -181,6 +202,8 @@ final class ServerCore: @unchecked Sendable {
     private var stopped = false
     var routes: [String: @Sendable (LoopbackRequest) -> LoopbackResponse] = [:]
     var streamRoutes: [String: @Sendable (LoopbackRequest) -> LoopbackStream] = [:]
+    var resourceRoutes: [String: @Sendable (LoopbackRequest) -> LoopbackResource] = [:]
+    var bodyBytes: [String: Int] = [:]
     var requestCounts: [String: Int] = [:]
     var totalRequests = 0
     var openFDs: Set<Int32> = []
@@ -282,13 +305,14 @@ final class ServerCore: @unchecked Sendable {
 
     /// Handles one request. Returns `true` if the connection may serve another one.
     private func respond(to request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool) -> Bool {
-        let (handler, streamHandler) = withLock {
+        let (handler, streamHandler, resourceHandler) = withLock {
             requestCounts[request.path, default: 0] += 1
             totalRequests += 1
-            return (routes[request.path], streamRoutes[request.path])
+            return (routes[request.path], streamRoutes[request.path], resourceRoutes[request.path])
         }
         let reply = handler.map { Reply.response($0(request)) }
             ?? streamHandler.map { Reply.stream($0(request)) }
+            ?? resourceHandler.map { Reply.resource($0(request)) }
             ?? BuiltinRoutes.reply(for: request)
         let extraDelay = request.query["delay"].flatMap { Int($0) }.map { max(0, $0) } ?? 0
         let fd = reader.fd
@@ -315,6 +339,9 @@ final class ServerCore: @unchecked Sendable {
             if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
             sendStream(stream, on: fd, reader: reader)
             return false
+        case .resource(let resource):
+            if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }
+            return sendResource(resource, for: request, reader: reader, keepAlive: keepAlive, isHead: isHead)
         case .response(let response):
             let (delay, overflow) = response.delayMilliseconds.addingReportingOverflow(extraDelay)
             let totalDelay = overflow ? Int.max : delay
@@ -377,6 +404,57 @@ final class ServerCore: @unchecked Sendable {
         case .hang:
             _ = reader.wait(milliseconds: -1)
         }
+    }
+
+    /// Answers one request for a ``LoopbackResource`` as its plan says, pausing between chunks and cutting the
+    /// connection where asked. Returns `true` if the connection may serve another one.
+    private func sendResource(
+        _ resource: LoopbackResource, for request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool
+    ) -> Bool {
+        let plan = resource.plan(method: request.method, headers: request.headers)
+        let closeRequested = plan.headers.contains {
+            $0.key.lowercased() == "connection" && $0.value.lowercased().contains("close")
+        }
+        let keepOpen = keepAlive && !closeRequested && plan.cut == nil
+        let fd = reader.fd
+        let head = headerBlock(LoopbackResponse(status: plan.status, headers: plan.headers), contentLength: plan.count, keepAlive: keepOpen)
+        guard Sys.sendAll(fd, head) else { return false }
+        if isHead { return keepOpen }
+
+        let end = plan.cut ?? plan.start + plan.count
+        let chunk = max(1, resource.chunkSize)
+        var offset = plan.start
+        while offset < end {
+            if offset > plan.start, resource.intervalMilliseconds > 0, !reader.wait(milliseconds: resource.intervalMilliseconds) {
+                return false
+            }
+            var remaining = min(chunk, end - offset)
+            while remaining > 0 {
+                // One slice of the table per send: it starts at this offset's byte and is at least 65,261 bytes long.
+                let index = LoopbackResource.patternIndex(offset: offset, version: resource.version)
+                let size = min(remaining, LoopbackResource.pattern.count - index)
+                // Counted before sending, so the count is complete when the client has the last byte.
+                withLock { bodyBytes[request.path, default: 0] += size }
+                let written = LoopbackResource.pattern.withUnsafeBytes {
+                    Sys.sendCounting(fd, UnsafeRawBufferPointer(rebasing: $0[index..<(index + size)]))
+                }
+                guard written == size else {
+                    withLock { bodyBytes[request.path, default: 0] -= size - written }
+                    return false
+                }
+                offset += size
+                remaining -= size
+            }
+        }
+        if plan.cut != nil {
+            if resource.resetOnCut {
+                Self.resetOnClose(fd)
+            } else {
+                _ = shutdown(fd, Sys.shutWR)
+            }
+            return false
+        }
+        return keepOpen
     }
 
     /// Sends a complete in-memory response. Returns `false` if the socket failed.

@@ -364,4 +364,233 @@ final class LoopbackServerTests: XCTestCase {
         XCTAssertEqual(retryAfter.value, "1")
         XCTAssertEqual(server.requestCount(path: "/flaky"), 3)
     }
+
+    // MARK: - Ranged resources
+
+    /// A request for a ranged resource, never answered from a cache and without compression.
+    private func rangedRequest(_ path: String, range: String? = nil, ifRange: String? = nil, method: String = "GET") -> URLRequest {
+        var request = URLRequest(url: server.url(path))
+        request.httpMethod = method
+        request.cachePolicy = .reloadIgnoringLocalCacheData
+        request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        if let range { request.setValue(range, forHTTPHeaderField: "Range") }
+        if let ifRange { request.setValue(ifRange, forHTTPHeaderField: "If-Range") }
+        return request
+    }
+
+    private func header(_ name: String, _ outcome: Outcome) -> String? {
+        outcome.response?.value(forHTTPHeaderField: name)
+    }
+
+    func testRangedResourceContentIsTheShiftedPattern() {
+        let content = LoopbackResource.content(length: 70_000, version: 7)
+        XCTAssertEqual(content.count, 70_000)
+        XCTAssertTrue(content.enumerated().allSatisfy { $0.element == UInt8(($0.offset + 7) % 251) }, "byte i is (i + 7) % 251")
+        XCTAssertEqual(LoopbackResource.byte(at: 65_600, version: 7), UInt8((65_600 + 7) % 251))
+        XCTAssertEqual(LoopbackResource.byte(at: 0, version: -1), 250)
+        XCTAssertEqual(LoopbackResource.content(length: 0).count, 0)
+    }
+
+    func testRangedResourceServesTheWholeRepresentationWithOnlyItsValidator() throws {
+        // Given a resource of 100,000 bytes with the default strong ETag
+        server.resource("/file") { _ in LoopbackResource(length: 100_000) }
+
+        // When it is fetched without a Range
+        let outcome = try fetch(rangedRequest("/file"))
+
+        // Then the whole content arrives with an ETag, Accept-Ranges and no Last-Modified
+        XCTAssertNil(outcome.otherError)
+        XCTAssertEqual(outcome.response?.statusCode, 200)
+        XCTAssertEqual(header("ETag", outcome), #""v0-100000""#)
+        XCTAssertEqual(header("Accept-Ranges", outcome), "bytes")
+        XCTAssertEqual(header("Content-Type", outcome), "application/octet-stream")
+        XCTAssertEqual(header("Content-Length", outcome), "100000")
+        XCTAssertNil(header("Last-Modified", outcome))
+        XCTAssertNil(header("Content-Range", outcome))
+        XCTAssertTrue(outcome.data == LoopbackResource.content(length: 100_000), "the bytes differ from the version 0 content")
+        XCTAssertEqual(server.bodyBytesSent(path: "/file"), 100_000)
+    }
+
+    func testRangeWithMatchingIfRangeGets206WithTheSlice() throws {
+        // Given a resource of 10,000 bytes
+        server.resource("/file") { _ in LoopbackResource(length: 10_000) }
+        let content = LoopbackResource.content(length: 10_000)
+
+        // When an open range is asked for with a matching If-Range
+        let open = try fetch(rangedRequest("/file", range: "bytes=100-", ifRange: #""v0-10000""#))
+
+        // Then 206 brings bytes 100 to the end
+        XCTAssertNil(open.otherError)
+        XCTAssertEqual(open.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Range", open), "bytes 100-9999/10000")
+        XCTAssertEqual(header("Content-Length", open), "9900")
+        XCTAssertTrue(open.data == content.subdata(in: 100..<10_000), "the slice differs from bytes 100…")
+
+        // When closed ranges are asked for without If-Range, one of them past the end
+        let closed = try fetch(rangedRequest("/file", range: "bytes=100-199"))
+        let pastEnd = try fetch(rangedRequest("/file", range: "bytes=9990-20000"))
+
+        // Then each gets its slice, the last one clamped to the end
+        XCTAssertEqual(closed.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Range", closed), "bytes 100-199/10000")
+        XCTAssertTrue(closed.data == content.subdata(in: 100..<200))
+        XCTAssertEqual(pastEnd.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Range", pastEnd), "bytes 9990-9999/10000")
+        XCTAssertTrue(pastEnd.data == content.subdata(in: 9990..<10_000))
+
+        // And only the slices were sent, over one kept-alive connection
+        XCTAssertEqual(server.bodyBytesSent(path: "/file"), 9900 + 100 + 10)
+        XCTAssertEqual(server.acceptedConnectionCount, 1)
+    }
+
+    func testIfRangeForAnOlderVersionGetsTheWholeNewRepresentation() throws {
+        // Given a resource whose version the test changes between requests
+        let version = Box(0)
+        server.resource("/file") { _ in LoopbackResource(length: 10_000, version: version.value) }
+        let first = try fetch(rangedRequest("/file"))
+        let etag = try XCTUnwrap(header("ETag", first))
+        XCTAssertEqual(etag, #""v0-10000""#)
+
+        // When it changes and the client resumes with the old ETag
+        version.update { $0 = 1 }
+        let resumed = try fetch(rangedRequest("/file", range: "bytes=5000-", ifRange: etag))
+
+        // Then it gets the whole new version instead of a slice
+        XCTAssertNil(resumed.otherError)
+        XCTAssertEqual(resumed.response?.statusCode, 200)
+        XCTAssertEqual(header("ETag", resumed), #""v1-10000""#)
+        XCTAssertNil(header("Content-Range", resumed))
+        XCTAssertTrue(resumed.data == LoopbackResource.content(length: 10_000, version: 1), "the bytes differ from version 1")
+    }
+
+    func testWeakETagNeverSatisfiesIfRange() throws {
+        // Given a resource with a weak ETag
+        server.resource("/file") { _ in LoopbackResource(length: 10_000, validator: .weakETag) }
+        let full = try fetch(rangedRequest("/file"))
+        XCTAssertEqual(header("ETag", full), #"W/"v0-10000""#)
+        XCTAssertNil(header("Last-Modified", full))
+
+        // When a range is asked for with that weak ETag in If-Range, then without If-Range
+        let withWeak = try fetch(rangedRequest("/file", range: "bytes=100-", ifRange: #"W/"v0-10000""#))
+        let withoutIfRange = try fetch(rangedRequest("/file", range: "bytes=100-"))
+
+        // Then the weak validator gets the whole representation, and the plain range its slice
+        XCTAssertEqual(withWeak.response?.statusCode, 200)
+        XCTAssertEqual(withWeak.data?.count, 10_000)
+        XCTAssertEqual(withoutIfRange.response?.statusCode, 206)
+        XCTAssertEqual(withoutIfRange.data?.count, 9900)
+    }
+
+    func testLastModifiedIfRange() throws {
+        // Given built-in resources validated by a date, version 0 and version 57
+        let first = try fetch(rangedRequest("/ranged/1000?validator=date"))
+        let later = try fetch(rangedRequest("/ranged/1000?validator=date&v=57"))
+
+        // Then the dates are IMF-fixdates that differ by the version in days, with no ETag
+        XCTAssertEqual(header("Last-Modified", first), "Sun, 06 Nov 1994 08:49:37 GMT")
+        XCTAssertEqual(header("Last-Modified", later), "Mon, 02 Jan 1995 08:49:37 GMT")
+        XCTAssertNil(header("ETag", first))
+        XCTAssertTrue(later.data == LoopbackResource.content(length: 1000, version: 57))
+
+        // When a range is asked for with the same date, then with the other version's date
+        let matching = try fetch(rangedRequest("/ranged/1000?validator=date&v=57", range: "bytes=10-", ifRange: "Mon, 02 Jan 1995 08:49:37 GMT"))
+        let stale = try fetch(rangedRequest("/ranged/1000?validator=date&v=57", range: "bytes=10-", ifRange: "Sun, 06 Nov 1994 08:49:37 GMT"))
+
+        // Then the same date gets the slice and the other the whole representation
+        XCTAssertEqual(matching.response?.statusCode, 206)
+        XCTAssertTrue(matching.data == LoopbackResource.content(length: 1000, version: 57).subdata(in: 10..<1000))
+        XCTAssertEqual(stale.response?.statusCode, 200)
+        XCTAssertEqual(stale.data?.count, 1000)
+    }
+
+    func testRangeFaultsAndUnsatisfiableRanges() throws {
+        let content = LoopbackResource.content(length: 10_000)
+
+        // A server that ignores ranges answers 200 with everything
+        let ignored = try fetch(rangedRequest("/ranged/10000?range=ignore", range: "bytes=100-", ifRange: #""v0-10000""#))
+        XCTAssertEqual(ignored.response?.statusCode, 200)
+        XCTAssertNil(header("Content-Range", ignored))
+        XCTAssertTrue(ignored.data == content)
+
+        // A lying server starts 100 bytes later than asked, and says so in Content-Range
+        let wrong = try fetch(rangedRequest("/ranged/10000?range=wrong", range: "bytes=100-"))
+        XCTAssertEqual(wrong.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Range", wrong), "bytes 200-9999/10000")
+        XCTAssertTrue(wrong.data == content.subdata(in: 200..<10_000))
+        let wrongNearEnd = try fetch(rangedRequest("/ranged/10000?range=wrong", range: "bytes=9950-"))
+        XCTAssertEqual(header("Content-Range", wrongNearEnd), "bytes 9999-9999/10000")
+        XCTAssertEqual(wrongNearEnd.data?.count, 1)
+
+        // A start at or past the end, and a server that refuses every range, answer 416 without a body
+        let pastEnd = try fetch(rangedRequest("/ranged/10000", range: "bytes=10000-"))
+        let refused = try fetch(rangedRequest("/ranged/10000?range=416", range: "bytes=0-"))
+        for outcome in [pastEnd, refused] {
+            XCTAssertNil(outcome.otherError)
+            XCTAssertEqual(outcome.response?.statusCode, 416)
+            XCTAssertEqual(header("Content-Range", outcome), "bytes */10000")
+            XCTAssertEqual(outcome.data?.count ?? 0, 0)
+        }
+
+        // Ranges it does not parse (suffix, several, another unit, reversed) are ignored
+        for range in ["bytes=-500", "bytes=0-1,5-6", "items=0-5", "bytes=20-10"] {
+            let outcome = try fetch(rangedRequest("/ranged/10000", range: range))
+            XCTAssertEqual(outcome.response?.statusCode, 200, range)
+            XCTAssertEqual(outcome.data?.count, 10_000, range)
+        }
+
+        // Invalid options are a bad request
+        XCTAssertEqual(try fetch("/ranged/100?validator=bogus").response?.statusCode, 400)
+        XCTAssertEqual(try fetch("/ranged/100?chunk=0").response?.statusCode, 400)
+        XCTAssertEqual(try fetch("/ranged/abc").response?.statusCode, 400)
+    }
+
+    func testCutAfterClosesMidBodyAndTheResumeCompletes() throws {
+        // Given a resource of 200,000 bytes that is cut at offset 50,000
+        server.resource("/file") { _ in LoopbackResource(length: 200_000, cutAfter: 50_000) }
+
+        // When it is fetched whole
+        let cut = try fetch(rangedRequest("/file"))
+
+        // Then the client sees a failed transfer, and the server wrote the bytes before the cut
+        XCTAssertNotNil(cut.error, "a cut body must be a URLError, got \(cut.otherError ?? "no error")")
+        XCTAssertEqual(server.bodyBytesSent(path: "/file"), 50_000)
+
+        // When the client resumes at the cut, and asks for a range that ends before it
+        let resumed = try fetch(rangedRequest("/file", range: "bytes=50000-", ifRange: #""v0-200000""#))
+        let before = try fetch(rangedRequest("/file", range: "bytes=0-999"))
+
+        // Then neither is cut: together with the first attempt, the whole content arrived once
+        XCTAssertNil(resumed.otherError)
+        XCTAssertEqual(resumed.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Range", resumed), "bytes 50000-199999/200000")
+        XCTAssertTrue(resumed.data == LoopbackResource.content(length: 200_000).subdata(in: 50_000..<200_000))
+        XCTAssertEqual(before.response?.statusCode, 206)
+        XCTAssertEqual(before.data?.count, 1000)
+        XCTAssertEqual(server.bodyBytesSent(path: "/file"), 200_000 + 1000)
+    }
+
+    func testCutWithResetAndPacedChunks() throws {
+        // Given the built-in route cut at 1,000 bytes with a reset
+        let reset = try fetch(rangedRequest("/ranged/200000?cut=1000&reset=1&chunk=300"))
+
+        // Then the client sees a failed transfer after the server wrote 1,000 bytes
+        XCTAssertNotNil(reset.error, "a reset must be a URLError, got \(reset.otherError ?? "no error")")
+        XCTAssertEqual(server.bodyBytesSent(path: "/ranged/200000"), 1000)
+
+        // When a resource is sent 1,000 bytes every 100 ms
+        let started = Date()
+        let paced = try fetch(rangedRequest("/ranged/3000?chunk=1000&interval=100"))
+
+        // Then it takes two pauses and arrives whole
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.19)
+        XCTAssertTrue(paced.data == LoopbackResource.content(length: 3000))
+
+        // And HEAD gets the headers a range would get, without a body
+        let head = try fetch(rangedRequest("/ranged/5000", range: "bytes=1000-", method: "HEAD"))
+        XCTAssertEqual(head.response?.statusCode, 206)
+        XCTAssertEqual(header("Content-Length", head), "4000")
+        XCTAssertEqual(header("Content-Range", head), "bytes 1000-4999/5000")
+        XCTAssertEqual(head.data?.count ?? 0, 0)
+        XCTAssertEqual(server.bodyBytesSent(path: "/ranged/5000"), 0)
+    }
 }

@@ -263,6 +263,11 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         }
     }
 
+    /// Whether `status` passes the status check: by default, whether it is one of the request's valid codes.
+    func acceptsStatus(_ status: Int, of request: R) -> Bool {
+        request.validHTTPStatusCodes.contains(status)
+    }
+
     /// Whether a failed attempt may be followed by another (a retry, or a resend after a token refresh). A stream
     /// says no once it has delivered an element.
     func mayAttemptAgain() -> Bool {
@@ -278,7 +283,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             guard let httpResponse = response as? HTTPURLResponse else {
                 throw RequestQueueError.nonHTTPResponse(response)
             }
-            guard request.validHTTPStatusCodes.contains(httpResponse.statusCode) else {
+            guard acceptsStatus(httpResponse.statusCode, of: request) else {
                 throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
             }
             for validation in validations {

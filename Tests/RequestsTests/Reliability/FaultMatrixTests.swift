@@ -121,7 +121,9 @@ final class FaultMatrixTests: XCTestCase {
         switch fault {
         case .connectionRefused: return urlError(.cannotConnectToHost)
         case .resetBeforeHeaders, .resetMidBody: return urlError(.networkConnectionLost)
-        case .contentLengthLargerThanBody, .invalidChunkedEncoding: return urlError(.unknown)
+        // A download reports a body cut short as a lost connection, which RetryPolicy retries (and resumes).
+        case .contentLengthLargerThanBody: return kind == .download ? urlError(.networkConnectionLost) : urlError(.unknown)
+        case .invalidChunkedEncoding: return urlError(.unknown)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:
             // Bodies held in memory stop at the 64 MiB default limit; a download writes its file.

@@ -1,0 +1,291 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs a ``DownloadRequest`` with a data task whose body Requests writes to a file of its own as it arrives (see
+/// `FileTransfer`), so that memory stays flat and the file is always Requests' to keep, move, append to or remove.
+///
+/// Not a download task: on Linux Foundation never deletes a download task's temporary file, not even after a
+/// failure or a cancellation, gives no resume data, and does not name the file until the download has succeeded.
+/// Measured (docs/reliability.md): writing each chunk in the session's callback ran at 414–444 MiB/s with a flat
+/// 36 MB peak for 1 GiB, a download task at 220–328 MiB/s.
+///
+/// **Resuming.** Each attempt asks for `Accept-Encoding: identity` (unless the request sets its own), so that the
+/// bytes on disk are the ones a range counts. When an attempt fails after some of the body arrived and the
+/// response had a strong `ETag` or a `Last-Modified`, the next attempt (a retry) sends `Range: bytes=N-` and
+/// `If-Range`, and appends the `206` it gets; a `200` starts again into a fresh file. A download added with
+/// `addRequest(_:resumingFrom:…)` also keeps its bytes when it fails, and when it is cancelled with
+/// ``cancel(producingResumeState:)``, and describes them in ``resumeState``.
+public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOperation<R>, @unchecked Sendable {
+    // All guarded by the lock of `AsyncOperation`.
+    /// The bytes earlier attempts (or a ``ResumeState``) left, between attempts.
+    private var partial: PartialFile?
+    /// The current attempt's transfer, until it is detached.
+    private var transfer: FileTransfer?
+    private var keepsPartialFile = false
+    private var keepsPartialFileOnCancel = false
+    private var hasRestartedFromZero = false
+    private var sentRange = false
+    private var resumeDestination: URL?
+    private var storedResumeState: ResumeState?
+
+    /// Where the download stands, once it has failed or been cancelled with its bytes kept (see
+    /// `addRequest(_:resumingFrom:…)` and ``cancel(producingResumeState:)``); `nil` otherwise, and when nothing
+    /// that can be resumed arrived. Set before the completion handler runs.
+    public var resumeState: ResumeState? {
+        withLock { storedResumeState }
+    }
+
+    /// Cancels the download; with `producingResumeState`, its bytes are kept and described in ``resumeState``.
+    public func cancel(producingResumeState: Bool) {
+        if producingResumeState {
+            withLock { keepsPartialFileOnCancel = true }
+        }
+        cancel()
+    }
+
+    /// Makes the operation continue `state` (if any) and keep its bytes when it fails. Call before it starts.
+    func resume(from state: ResumeState?) {
+        withLock {
+            keepsPartialFile = true
+            partial = state.map {
+                PartialFile(file: $0.partialFile, bytes: $0.bytesReceived, validator: $0.validator, expectedLength: $0.expectedLength)
+            }
+        }
+    }
+
+    // MARK: - Each attempt
+
+    override func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        var urlRequest = urlRequest
+        // The request's own code, read outside the lock.
+        let destination = currentRequest?.destination
+        if urlRequest.value(forHTTPHeaderField: "Accept-Encoding") == nil {
+            urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        }
+        let resumable = withLock { partial }.flatMap { Self.resumable($0, for: urlRequest) }
+        if let resumable {
+            urlRequest.setValue("bytes=\(resumable.bytes)-", forHTTPHeaderField: "Range")
+            urlRequest.setValue(resumable.validator.headerValue, forHTTPHeaderField: "If-Range")
+        }
+        let current: Bool? = ifNotCompleted {
+            if let partial, partial.file != resumable?.file {
+                try? FileManager.default.removeItem(at: partial.file)
+            }
+            partial = resumable
+            sentRange = resumable != nil
+            resumeDestination = destination
+            return true
+        }
+        guard current != nil else { return }
+        super.send(urlRequest, credential: credential)
+    }
+
+    /// `partial` as the next attempt can continue it: cut to the bytes that are really on disk (someone may have
+    /// truncated the file), one byte short of a complete file (a range from its end would be a `416`); `nil` when
+    /// there is nothing to continue, or the request already asks for a range of its own.
+    private static func resumable(_ partial: PartialFile, for urlRequest: URLRequest) -> PartialFile? {
+        guard (urlRequest.httpMethod ?? "GET").uppercased() == "GET", urlRequest.value(forHTTPHeaderField: "Range") == nil else { return nil }
+        var bytes = min(FileTransfer.size(of: partial.file), partial.bytes)
+        if let length = partial.expectedLength, bytes >= length { bytes = length - 1 }
+        guard bytes > 0 else { return nil }
+        do {
+            let handle = try FileHandle(forWritingTo: partial.file)
+            defer { try? handle.close() }
+            try handle.truncate(atOffset: UInt64(bytes))
+        } catch {
+            return nil
+        }
+        var resumable = partial
+        resumable.bytes = bytes
+        return resumable
+    }
+
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
+        let resuming = withLock { sentRange ? partial : nil }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
+        let transfer = FileTransfer(receiver: receiver, rules: rules, freshFile: file, resuming: resuming)
+        withLock { self.transfer = transfer }
+        return TransferSession.task(on: session, handler: transfer) { $0.dataTask(with: urlRequest) }
+    }
+
+    override func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
+        // What the attempt left on disk becomes the next attempt's to continue. Under the lock, so that a
+        // cancellation deciding about those bytes (`willDeliver`) sees them either here or in the transfer.
+        _ = ifNotCompleted {
+            if let transfer {
+                partial = transfer.detach()
+                self.transfer = nil
+            }
+        }
+        super.receive(body: body, response: response, error: error)
+    }
+
+    override func acceptsStatus(_ status: Int, of request: R) -> Bool {
+        // A resumed attempt's 206 stands for the 200 it continues.
+        if status == 206, withLock({ sentRange }) {
+            return request.validHTTPStatusCodes.contains(200) || request.validHTTPStatusCodes.contains(206)
+        }
+        return super.acceptsStatus(status, of: request)
+    }
+
+    override func attemptFailed(_ attempt: RequestAttempt, with failure: Error, response: HTTPURLResponse?, duration: TimeInterval) {
+        guard case .rangeMismatch? = failure as? DownloadError else {
+            super.attemptFailed(attempt, with: failure, response: response, duration: duration)
+            return
+        }
+        // The bytes on disk cannot be continued: start again from zero, once.
+        let restart: Bool = withLock {
+            if let partial { try? FileManager.default.removeItem(at: partial.file) }
+            partial = nil
+            defer { hasRestartedFromZero = true }
+            return !hasRestartedFromZero
+        }
+        guard restart else {
+            super.attemptFailed(attempt, with: failure, response: response, duration: duration)
+            return
+        }
+        emit(.didFail(attempt, failure, duration: duration))
+        scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: false)
+    }
+
+    override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        let discarded: URL? = withLock {
+            let left = transfer.map { $0.detach() } ?? partial
+            transfer = nil
+            partial = nil
+            guard let left else { return nil }
+            let isCancellation: Bool
+            if case .cancelled? = error as? RequestQueueError { isCancellation = true } else { isCancellation = (error as? URLError)?.code == .cancelled }
+            let keeps = error != nil && !(error is DownloadError) && (isCancellation ? keepsPartialFileOnCancel : keepsPartialFile)
+            guard keeps else { return left.file }
+            storedResumeState = ResumeState(
+                url: run.sentRequest?.url,
+                validator: left.validator,
+                bytesReceived: left.bytes,
+                expectedLength: left.expectedLength,
+                partialFile: left.file,
+                destination: resumeDestination
+            )
+            return nil
+        }
+        if let discarded { try? FileManager.default.removeItem(at: discarded) }
+        super.willDeliver(error, then: runCompletion)
+    }
+
+    // MARK: - The file
+
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<URL> {
+        guard case let .file(file) = body else {
+            throw RequestQueueError.misuse("a download received no file")
+        }
+        try Self.verify(file, response: response, integrity: request.integrity)
+        let fileManager = FileManager.default
+        let destination = try request.destination ?? Self.defaultDestination(for: response)
+        let options = request.downloadOptions
+        let folder = destination.deletingLastPathComponent()
+        if options.contains(.createIntermediateDirectories) {
+            try fileManager.createDirectory(at: folder, withIntermediateDirectories: true)
+        }
+        // Moved next to the destination first (a copy, across file systems), and renamed into place only in the
+        // step that claims the outcome, so that a cancellation that wins leaves the destination as it was.
+        let sibling = folder.appendingPathComponent(".Requests-download-\(UUID().uuidString)")
+        try fileManager.moveItem(at: file, to: sibling)
+        let replace = options.contains(.replaceExistingFile)
+        return Processed(
+            value: destination,
+            commit: {
+                do {
+                    if replace {
+                        // rename(2) replaces an existing file atomically.
+                        guard rename(sibling.path, destination.path) == 0 else {
+                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                        }
+                    } else {
+                        // link(2) fails if the destination exists, atomically, so two downloads cannot both win.
+                        guard link(sibling.path, destination.path) == 0 else {
+                            if errno == EEXIST {
+                                throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
+                            }
+                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                        }
+                        unlink(sibling.path)
+                    }
+                } catch {
+                    unlink(sibling.path)
+                    throw error
+                }
+            },
+            abandon: { try? fileManager.removeItem(at: sibling) }
+        )
+    }
+
+    /// Checks the file against `integrity`, and a resumed download against the whole length its server announced.
+    private static func verify(_ file: URL, response: HTTPURLResponse, integrity: DownloadIntegrity?) throws {
+        let size = FileTransfer.size(of: file)
+        let announced = response.statusCode == 206 ? ContentRange(response.value(forHTTPHeaderField: "Content-Range"))?.length : nil
+        for expected in [announced, integrity?.length].compactMap({ $0 }) where expected != size {
+            throw DownloadError.lengthMismatch(expected: expected, actual: size)
+        }
+        if let sha256 = integrity?.sha256 {
+            let actual = try SHA256.hexDigest(ofFileAt: file)
+            guard actual == sha256.lowercased() else {
+                throw DownloadError.checksumMismatch(expected: sha256.lowercased(), actual: actual)
+            }
+        }
+    }
+
+    private static func defaultDestination(for response: HTTPURLResponse) throws -> URL {
+        // Linux answers "Unknown" when the response suggests no name.
+        let suggested = response.suggestedFilename.flatMap { $0.isEmpty || $0 == "Unknown" ? nil : $0 }
+        let name = suggested ?? response.url?.lastPathComponent.nonEmpty ?? "download"
+        return FileManager.default.temporaryDirectory
+            .appendingPathComponent("Requests-Downloads-\(UUID().uuidString)", isDirectory: true)
+            .appendingPathComponent((name as NSString).lastPathComponent)
+    }
+}
+
+extension String {
+    fileprivate var nonEmpty: String? { isEmpty || self == "/" ? nil : self }
+}
+
+extension OperationQueue {
+    /// Runs a download that can be resumed: it continues `state` (when given) with `Range` and `If-Range`, and if it
+    /// fails, or is cancelled with ``DownloadRequestOperation/cancel(producingResumeState:)``, it keeps the bytes that
+    /// arrived and hands `completion` the ``ResumeState`` to continue from later (`nil` on success, and when nothing
+    /// that can be resumed arrived). Store it to resume after a restart.
+    ///
+    /// The operation is a ``DownloadRequestOperation`` (the request's own `makeOperation` is not used), with the
+    /// queue's policies: a retry after a dropped connection resumes too.
+    @discardableResult
+    public func addRequest<T: DownloadRequest>(
+        _ request: T,
+        resumingFrom state: ResumeState?,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        completion: @escaping (Result<URL, T.Failure>, ResumeState?) -> Void
+    ) -> DownloadRequestOperation<T> {
+        let owner = WeakOperation<T>()
+        let operation = DownloadRequestOperation(
+            request: request,
+            session: session,
+            completionQueue: completionQueue ?? underlyingQueue
+        ) { result in
+            completion(result, owner.operation?.resumeState)
+        }
+        owner.operation = operation
+        operation.resume(from: state)
+        register(operation, for: request)
+        addOperation(operation)
+        return operation
+    }
+}
+
+/// Lets a completion handler read its own operation without keeping it alive.
+private final class WeakOperation<R: DownloadRequest> {
+    weak var operation: DownloadRequestOperation<R>?
+}

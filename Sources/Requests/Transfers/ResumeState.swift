@@ -1,0 +1,163 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Where an interrupted download stands: the bytes it kept on disk, and what proves they still belong to the
+/// resource. Store it (it is `Codable`) and pass it to `addRequest(_:resumingFrom:…)` to fetch only the rest, in
+/// this process or after a restart.
+///
+/// A download resumes with `Range: bytes=N-` and `If-Range: <validator>`: a server that still has the same
+/// representation answers `206` with the missing bytes, which are appended; one whose resource changed (or that
+/// ignores ranges) answers `200`, and the download starts again from zero, into a fresh file.
+public struct ResumeState: Codable, Sendable, Hashable {
+    /// What identifies the representation the bytes came from, sent back as `If-Range`.
+    public enum Validator: Codable, Sendable, Hashable {
+        /// A strong `ETag`, quotes included. A weak one (`W/"…"`) cannot be used in `If-Range`, so a download that
+        /// only has a weak one cannot resume.
+        case entityTag(String)
+        /// `Last-Modified`, when the response had no strong `ETag`.
+        case lastModified(String)
+
+        /// The header value.
+        public var headerValue: String {
+            switch self {
+            case let .entityTag(value), let .lastModified(value): return value
+            }
+        }
+    }
+
+    /// The URL the download was sent to. Informational: a resumed download goes to its request's URL (a fresh
+    /// signed URL, say), and the ``validator`` is what ties the bytes to the resource.
+    public let url: URL?
+    /// What the server called this representation.
+    public let validator: Validator
+    /// How many bytes of it are in ``partialFile``.
+    public let bytesReceived: Int64
+    /// Its full length, when the server said.
+    public let expectedLength: Int64?
+    /// The file holding the first ``bytesReceived`` bytes. Requests owns it: resuming moves it to the destination
+    /// or removes it; call ``discard()`` to give up on it.
+    public let partialFile: URL
+    /// Where the download was to go, if its request said.
+    public let destination: URL?
+
+    /// A state, for example one you stored yourself.
+    public init(url: URL?, validator: Validator, bytesReceived: Int64, expectedLength: Int64?, partialFile: URL, destination: URL?) {
+        self.url = url
+        self.validator = validator
+        self.bytesReceived = bytesReceived
+        self.expectedLength = expectedLength
+        self.partialFile = partialFile
+        self.destination = destination
+    }
+
+    /// Removes the partial file, for a download you will not resume.
+    public func discard() {
+        try? FileManager.default.removeItem(at: partialFile)
+    }
+}
+
+/// What a completed download must match: checked before the file goes to its destination.
+public struct DownloadIntegrity: Sendable, Hashable {
+    /// The exact length in bytes, or `nil`.
+    public var length: Int64?
+    /// The SHA-256 of the file as 64 hexadecimal digits (either case), or `nil`.
+    public var sha256: String?
+
+    /// Checks the length, the SHA-256, or both.
+    public init(length: Int64? = nil, sha256: String? = nil) {
+        self.length = length
+        self.sha256 = sha256
+    }
+
+    /// Checks the SHA-256.
+    public static func sha256(_ hexDigest: String) -> DownloadIntegrity {
+        DownloadIntegrity(sha256: hexDigest)
+    }
+
+    /// Checks the length.
+    public static func length(_ bytes: Int64) -> DownloadIntegrity {
+        DownloadIntegrity(length: bytes)
+    }
+}
+
+/// A download whose bytes cannot be trusted: nothing is written to the destination.
+public enum DownloadError: Error, Equatable, CustomStringConvertible {
+    /// The file's length is not the one expected: the request's ``DownloadIntegrity/length``, or the length the
+    /// server announced for the whole representation.
+    case lengthMismatch(expected: Int64, actual: Int64)
+    /// The file's SHA-256 is not ``DownloadIntegrity/sha256``.
+    case checksumMismatch(expected: String, actual: String)
+    /// A resumed download's answer did not fit the bytes on disk: a `206` whose `Content-Range` (carried here,
+    /// `nil` when missing) does not start where they end or names another length, a `206` to a request that
+    /// asked for no range, a `206` with another `ETag`, or a `416`. The partial file is removed, and the download
+    /// starts again from zero once; this error ends it if that happens again.
+    case rangeMismatch(contentRange: String?, status: Int)
+
+    /// Says what did not match.
+    public var description: String {
+        switch self {
+        case let .lengthMismatch(expected, actual):
+            return "The download has \(actual) bytes where \(expected) were expected."
+        case let .checksumMismatch(expected, actual):
+            return "The download's SHA-256 is \(actual), not \(expected)."
+        case let .rangeMismatch(contentRange, status):
+            return "The server's \(status) answer (Content-Range \(contentRange.map { "'\($0)'" } ?? "missing")) does not continue the bytes already downloaded."
+        }
+    }
+}
+
+/// The bytes a download holds on disk between its attempts: the internal form of a ``ResumeState``.
+struct PartialFile: Sendable, Equatable {
+    var file: URL
+    var bytes: Int64
+    var validator: ResumeState.Validator
+    var expectedLength: Int64?
+
+    /// The validator of `response`, if a download of it can be resumed: a strong `ETag`, else `Last-Modified`;
+    /// none for a body with a `Content-Encoding` (Foundation decodes it, so the bytes on disk are not the
+    /// representation a range counts in) or a value that could not be sent back as a header.
+    static func validator(of response: HTTPURLResponse) -> ResumeState.Validator? {
+        let encoding = response.value(forHTTPHeaderField: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard encoding == nil || encoding == "" || encoding == "identity" else { return nil }
+        let validator: ResumeState.Validator
+        if let tag = response.value(forHTTPHeaderField: "ETag")?.trimmingCharacters(in: .whitespaces), tag.hasPrefix("\""), tag.count >= 2, tag.hasSuffix("\"") {
+            validator = .entityTag(tag)
+        } else if let date = response.value(forHTTPHeaderField: "Last-Modified")?.trimmingCharacters(in: .whitespaces), !date.isEmpty {
+            validator = .lastModified(date)
+        } else {
+            return nil
+        }
+        guard (try? HeaderSafety.check(name: "If-Range", value: validator.headerValue)) != nil else { return nil }
+        return validator
+    }
+}
+
+/// A `Content-Range: bytes first-last/length` value (`length` may be `*`).
+struct ContentRange: Equatable {
+    let first: Int64
+    let last: Int64
+    let length: Int64?
+
+    init?(_ value: String?) {
+        guard let value else { return nil }
+        let text = value.trimmingCharacters(in: .whitespaces)
+        guard text.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = text.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first >= 0, last >= first else { return nil }
+        let length: Int64?
+        if parts[1] == "*" {
+            length = nil
+        } else {
+            guard let total = Int64(parts[1]), total > last else { return nil }
+            length = total
+        }
+        self.first = first
+        self.last = last
+        self.length = length
+    }
+}

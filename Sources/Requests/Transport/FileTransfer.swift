@@ -1,0 +1,249 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The callbacks of a download's data task: each chunk is written to a file as it arrives, in the callback (the
+/// session's callbacks run one at a time; the write keeps memory flat, where a queue between the session and a
+/// writer grew to 279 MiB when the disk was slower than loopback). Its body limit is
+/// ``TransferLimits/maximumDownloadSize``, counted over the whole representation when it resumes.
+///
+/// When the attempt continues bytes an earlier one left (`resuming`, sent as `Range: bytes=N-`), the headers decide
+/// where the body goes: a `206` whose `Content-Range` starts at N is appended to that file; any other 2xx replaces
+/// it with a fresh file; any other status goes to a fresh file and leaves it alone. A `206` that does not fit, and
+/// a `416`, end the attempt with ``DownloadError/rangeMismatch(contentRange:status:)``.
+///
+/// The file is handed to the operation with a complete body. Otherwise the operation calls ``detach()``, which
+/// stops the writes and says what is left on disk to resume from, removing what is of no use.
+final class FileTransfer: AttemptTransfer, @unchecked Sendable {
+    private weak var progressReceiver: (any AttemptReceiver)?
+    private let resuming: PartialFile?
+    private let freshFile: URL
+    // Guarded by `lock`: a rule or the operation may stop the transfer from another thread while a chunk is written.
+    private var handle: FileHandle?
+    /// The file this attempt writes, chosen when the headers arrive.
+    private var target: URL?
+    /// Bytes of the representation in `target`.
+    private var written: Int64 = 0
+    private var reported: Int64 = 0
+    /// The representation's full length, or -1.
+    private var expected: Int64 = -1
+    /// The validator of the body being written, when it can be resumed.
+    private var validator: ResumeState.Validator?
+    /// Whether `resuming` still holds the download's bytes (a 2xx other than the `206` replaces them).
+    private var keepsResumed = true
+    private var isStopped = false
+    private var isDetached = false
+    private var isHandedOver = false
+
+    init(receiver: any AttemptReceiver, rules: TransferRules, freshFile: URL, resuming: PartialFile?) {
+        self.progressReceiver = receiver
+        self.freshFile = freshFile
+        self.resuming = resuming
+        super.init(receiver: receiver, rules: rules)
+    }
+
+    deinit {
+        // Never detached (the operation always detaches; this is a safety net): the attempt's own file goes.
+        if !isDetached, !isHandedOver, let target, target != resuming?.file {
+            try? FileManager.default.removeItem(at: target)
+        }
+    }
+
+    override var bodyLimit: Int64? {
+        rules.limits.maximumDownloadSize
+    }
+
+    override func shouldAccept(_ response: URLResponse) -> Bool {
+        guard super.shouldAccept(response) else { return false }
+        let http = response as? HTTPURLResponse
+        let status = http?.statusCode ?? 200
+        let contentRangeHeader = http?.value(forHTTPHeaderField: "Content-Range")
+        let range = ContentRange(contentRangeHeader)
+        let mismatch = DownloadError.rangeMismatch(contentRange: contentRangeHeader, status: status)
+        var file = freshFile
+        var offset: Int64 = 0
+        var total = response.expectedContentLength
+        var validator = http.flatMap(PartialFile.validator(of:))
+        if status == 206 {
+            if let resuming {
+                let sameTag = http?.value(forHTTPHeaderField: "ETag").map { $0.trimmingCharacters(in: .whitespaces) == resuming.validator.headerValue } ?? true
+                let sameLength = range?.length == nil || resuming.expectedLength == nil || range?.length == resuming.expectedLength
+                guard let range, range.first == resuming.bytes, sameLength, sameTag || !isEntityTag(resuming.validator) else {
+                    stop(with: mismatch)
+                    return false
+                }
+                file = resuming.file
+                offset = resuming.bytes
+                total = range.length ?? resuming.expectedLength ?? -1
+                validator = resuming.validator
+            } else {
+                // Asked for everything: only a range that is everything will do.
+                guard let range, range.first == 0, let length = range.length, range.last == length - 1 else {
+                    stop(with: mismatch)
+                    return false
+                }
+                total = length
+            }
+        } else if status == 416, resuming != nil {
+            stop(with: mismatch)
+            return false
+        }
+        if let limit = bodyLimit, total > limit {
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
+            return false
+        }
+        let replacesResumed = (200..<300).contains(status) && file != resuming?.file && resuming != nil
+        var opened: FileHandle?
+        if offset > 0 {
+            do {
+                let handle = try FileHandle(forWritingTo: file)
+                try handle.truncate(atOffset: UInt64(offset))
+                try handle.seekToEnd()
+                opened = handle
+            } catch {
+                stop(with: error)
+                return false
+            }
+        }
+        lock.lock()
+        target = file
+        written = offset
+        reported = offset
+        expected = total
+        self.validator = (200..<300).contains(status) ? validator : nil
+        handle = opened
+        if replacesResumed { keepsResumed = false }
+        lock.unlock()
+        if replacesResumed, let resuming {
+            try? FileManager.default.removeItem(at: resuming.file)
+        }
+        if offset > 0 {
+            progressReceiver?.transferred(completed: offset, expected: total)
+        }
+        return true
+    }
+
+    private func isEntityTag(_ validator: ResumeState.Validator) -> Bool {
+        if case .entityTag = validator { return true }
+        return false
+    }
+
+    override func didReceive(_ data: Data) {
+        moved(Int64(data.count))
+        lock.lock()
+        guard !isOverUnderLock, !isStopped, !isDetached else {
+            lock.unlock()
+            receivedAfterStop()
+            return
+        }
+        let outcome = Result { try write(data) }
+        written += Int64(data.count)
+        let total = written
+        let expected = self.expected
+        let report = total - reported >= 256 * 1024 || total == expected
+        if report { reported = total }
+        lock.unlock()
+        if case let .failure(error) = outcome {
+            stop(with: error)
+        } else if let limit = bodyLimit, total > limit {
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
+        } else if report {
+            // Every 256 KiB: each report updates a Progress.
+            progressReceiver?.transferred(completed: total, expected: expected)
+        }
+    }
+
+    /// Must be called under `lock`.
+    private func write(_ data: Data) throws {
+        if handle == nil {
+            let file = target ?? freshFile
+            guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
+                throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
+            }
+            target = file
+            handle = try FileHandle(forWritingTo: file)
+        }
+        try handle?.write(contentsOf: data)
+    }
+
+    override func dropBody() {
+        lock.lock()
+        isStopped = true
+        let handle = self.handle
+        self.handle = nil
+        lock.unlock()
+        try? handle?.close()
+    }
+
+    override func didComplete(response: URLResponse?, error: Error?) {
+        lock.lock()
+        let complete = error == nil && !isStopped && !isDetached
+        if complete { isHandedOver = true }
+        let handle = self.handle
+        self.handle = nil
+        let file = target ?? freshFile
+        let cut = error.flatMap { Self.cutConnection($0, written: written, expected: expected) }
+        lock.unlock()
+        try? handle?.close()
+        guard complete else {
+            finish(body: .data(Data()), response: response, error: cut ?? error ?? URLError(.cancelled))
+            return
+        }
+        // An empty body never created the file.
+        guard FileManager.default.fileExists(atPath: file.path) || FileManager.default.createFile(atPath: file.path, contents: nil) else {
+            finish(body: .data(Data()), response: response, error: CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path]))
+            return
+        }
+        finish(body: .file(file), response: response, error: nil)
+    }
+
+    /// A body cut off after its headers is `URLError.unknown` on Linux ("transfer closed with N bytes remaining"),
+    /// and `networkConnectionLost` on Apple platforms: reported as the latter everywhere, so that the default
+    /// ``RetryPolicy`` retries it (and the retry resumes). Other −1 errors, such as invalid chunking, stay as they are.
+    private static func cutConnection(_ error: Error, written: Int64, expected: Int64) -> Error? {
+        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
+        let isShort = expected > 0 && written < expected
+        guard isShort || urlError.localizedDescription.hasPrefix("transfer closed") else { return nil }
+        var info = urlError.userInfo
+        info[NSUnderlyingErrorKey] = urlError
+        return URLError(.networkConnectionLost, userInfo: info)
+    }
+
+    /// Stops the writes for good and returns what is left on disk to resume from: the bytes this attempt appended
+    /// to, or the body it wrote if that can be resumed, or else the bytes it was to continue. Removes a file that
+    /// cannot be resumed (an error body, a body without a validator). `nil` once the file has been handed over.
+    func detach() -> PartialFile? {
+        lock.lock()
+        guard !isDetached else {
+            lock.unlock()
+            return nil
+        }
+        isDetached = true
+        let handle = self.handle
+        self.handle = nil
+        let (target, validator, expected, isHandedOver, keepsResumed) = (target, validator, expected, isHandedOver, keepsResumed)
+        lock.unlock()
+        try? handle?.close()
+        var left = keepsResumed ? resuming : nil
+        guard let target else { return left }
+        if isHandedOver {
+            return target == resuming?.file ? nil : left
+        }
+        let size = Self.size(of: target)
+        if target == resuming?.file, let resuming {
+            left = size > 0 ? PartialFile(file: target, bytes: size, validator: resuming.validator, expectedLength: expected > 0 ? expected : resuming.expectedLength) : nil
+        } else if let validator, size > 0 {
+            left = PartialFile(file: target, bytes: size, validator: validator, expectedLength: expected > 0 ? expected : nil)
+        } else {
+            try? FileManager.default.removeItem(at: target)
+            return left
+        }
+        if left == nil { try? FileManager.default.removeItem(at: target) }
+        return left
+    }
+
+    static func size(of file: URL) -> Int64 {
+        ((try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber)?.int64Value ?? 0
+    }
+}

@@ -84,6 +84,10 @@ func runTransferChild(_ arguments: [String]) -> Never {
         guard case .failure(TransferLimitError.deadlineExceeded)? = operation.result else { exit(1) }
         start = started + deadline
         transferred = 0
+    case "resume-cut", "resume-rest":
+        start = ResourceUsage.now()
+        guard let kept = runResumeChild(arguments[0], bytes: bytes, base: base, session: session, file: file) else { exit(1) }
+        transferred = kept
     case "stream", "raw-stream":
         start = ResourceUsage.now()
         guard let received = runStreamChild(arguments[0], bytes: bytes, base: base) else { exit(1) }

@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode, overhead, transfers, limits, streams
+    case throughput, memory, cancel, decode, overhead, transfers, limits, streams, resume
 }
 
 struct Options {
@@ -59,7 +59,7 @@ struct Options {
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
           --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers,limits,
-                             streams
+                             streams,resume
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
                              every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
@@ -114,7 +114,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits,streams, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits,streams,resume, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "--profile-side":
@@ -419,6 +419,13 @@ if options.only.contains(.streams) {
         measureStreams(bytes: bytes, rounds: options.smoke ? 1 : 3, events: events, cancels: options.smoke ? 10 : 100, server: embedded)
     }
     sections.append(streamSection(figures, bytes: bytes, events: events))
+}
+if options.only.contains(.resume) {
+    let bytes = options.smoke ? 16 << 20 : 1 << 30
+    let figures = timed("10. Resumable downloads") {
+        measureResume(bytes: bytes, cutBytes: options.smoke ? 16 << 20 : 256 << 20, runs: options.smoke ? 2 : 10, cutsPerRun: options.smoke ? 10 : 100, server: embedded)
+    }
+    sections.append(resumeSection(figures))
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

@@ -37,25 +37,26 @@ extension OperationQueue {
 }
 
 /// Hands a Task's cancellation to an operation that may not exist yet when the Task is cancelled.
-private final class OperationCancellation: @unchecked Sendable {
+final class OperationCancellation: @unchecked Sendable {
     private let lock = NSLock()
-    private var operation: Operation?
+    private var cancelOperation: (() -> Void)?
     private var isCancelled = false
 
-    func attach(_ operation: Operation) {
+    /// Cancels `operation` with `cancel` (by default `Operation.cancel()`) when the Task is cancelled, or now if it was.
+    func attach<O: Operation>(_ operation: O, cancel: @escaping (O) -> Void = { $0.cancel() }) {
         lock.lock()
         let cancelNow = isCancelled
-        if !cancelNow { self.operation = operation }
+        if !cancelNow { cancelOperation = { cancel(operation) } }
         lock.unlock()
-        if cancelNow { operation.cancel() }
+        if cancelNow { cancel(operation) }
     }
 
     func cancel() {
         lock.lock()
         isCancelled = true
-        let operation = self.operation
-        self.operation = nil
+        let cancelOperation = self.cancelOperation
+        self.cancelOperation = nil
         lock.unlock()
-        operation?.cancel()
+        cancelOperation?()
     }
 }

@@ -285,6 +285,33 @@ extension OperationQueue {
     }
 }
 
+extension OperationQueue {
+    /// The `async` form of ``addRequest(_:resumingFrom:session:completionQueue:completion:)``: the result, and the
+    /// state to resume from after a failure. Cancelling the calling `Task` cancels the download *keeping its bytes*
+    /// (``DownloadRequestOperation/cancel(producingResumeState:)``), so the cancellation comes back with a state.
+    ///
+    /// ```swift
+    /// let (result, resumeState) = await queue.download(DownloadVideo(id: "42"), resumingFrom: saved)
+    /// ```
+    public func download<T: DownloadRequest & Sendable>(
+        _ request: T,
+        resumingFrom state: ResumeState?,
+        session: URLSession = .shared
+    ) async -> (result: Result<URL, T.Failure>, resumeState: ResumeState?) {
+        let cancellation = OperationCancellation()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let operation = addRequest(request, resumingFrom: state, session: session) { result, resumeState in
+                    continuation.resume(returning: (result, resumeState))
+                }
+                cancellation.attach(operation) { $0.cancel(producingResumeState: true) }
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+    }
+}
+
 /// Lets a completion handler read its own operation without keeping it alive.
 private final class WeakOperation<R: DownloadRequest> {
     weak var operation: DownloadRequestOperation<R>?

@@ -317,6 +317,30 @@ final class ResumableDownloadTests: XCTestCase {
         assertNoLeftovers()
     }
 
+    func testTheAsyncFormHandsBackAStateWhenItsTaskIsCancelled() async throws {
+        // Given a slow resource, downloaded by a Task
+        let (url, seen) = serve { n, _ in LoopbackResource(length: resourceLength, chunkSize: 20_000, intervalMilliseconds: n == 0 ? 5 : 0) }
+        let destination = folder.appendingPathComponent("file.bin")
+        let task = Task {
+            // A queue of the Task's own: Apple's SDK does not mark OperationQueue Sendable.
+            await OperationQueue().download(FileDownload(url: url, destination: destination), resumingFrom: nil, session: testSession)
+        }
+
+        // When the Task is cancelled part-way
+        try await Task.sleep(nanoseconds: 100_000_000)
+        task.cancel()
+        let (cancelled, state) = await task.value
+
+        // Then the cancellation comes with a state, from which the async form resumes
+        XCTAssertTrue(cancelled.failure?.isRequestCancellation ?? false)
+        let kept = try XCTUnwrap(state)
+        let (result, after) = await OperationQueue().download(FileDownload(url: url, destination: destination), resumingFrom: kept, session: testSession)
+        XCTAssertEqual(try? result.get(), destination)
+        XCTAssertNil(after)
+        assertContent(of: destination)
+        XCTAssertEqual(seen.ranges, [nil, "bytes=\(kept.bytesReceived)-"])
+    }
+
     func testAPlainCancelKeepsNothing() {
         let (url, _) = serve { _, _ in LoopbackResource(length: resourceLength, chunkSize: 20_000, intervalMilliseconds: 5) }
         let (cancelled, state) = download(FileDownload(url: url, destination: folder.appendingPathComponent("file.bin")), resumingFrom: nil) { operation in

@@ -69,6 +69,11 @@ struct ResumeFigures {
     var matchingRuns = 0
     var cutsMet = 0
     var resentBytes = 0
+    /// Cuts by kind, and the bytes the client asked for again after each kind.
+    var closes = 0
+    var resets = 0
+    var refetchedAfterClose = 0
+    var refetchedAfterReset = 0
     var cutBytes = 0
     var cutSeconds = Double.nan
 }
@@ -113,30 +118,54 @@ func measureResume(bytes: Int, cutBytes: Int, runs: Int, cutsPerRun: Int, server
         figures.resentBytes += server.bodyBytesSent(path: cutsPath) - sentBefore - cutBytes
     }
     figures.cutSeconds = ResourceUsage.now() - start
+    (figures.closes, figures.resets, figures.refetchedAfterClose, figures.refetchedAfterReset) = cutter.counts
     return figures
 }
 
-/// Picks each response's random cut until a run's cuts are used up.
+/// Picks each response's random cut until a run's cuts are used up, and counts the bytes each resume asked for
+/// again: those between where the next request starts and where the server cut, by the kind of cut.
 private final class Cutter: @unchecked Sendable {
     private let lock = NSLock()
     private let cuts: Int
     private var left: Int
+    private var lastCut: (offset: Int, reset: Bool)?
+    private(set) var refetchedAfterClose = 0
+    private(set) var refetchedAfterReset = 0
+    private(set) var closes = 0
+    private(set) var resets = 0
 
     init(cuts: Int) {
         self.cuts = cuts
         left = cuts
     }
 
-    func reset() { lock.withLock { left = cuts } }
+    func reset() {
+        lock.withLock {
+            left = cuts
+            lastCut = nil
+        }
+    }
 
     func next(after start: Int, length: Int) -> (Int?, Bool) {
         lock.withLock {
+            if let lastCut {
+                let refetched = max(0, lastCut.offset - start)
+                if lastCut.reset { refetchedAfterReset += refetched } else { refetchedAfterClose += refetched }
+                self.lastCut = nil
+            }
             // About evenly spread: on average a cut every length / cuts bytes.
             let cut = start + Int.random(in: 1...max(1, 2 * length / cuts))
             guard left > 0, cut < length else { return (nil, false) }
             left -= 1
-            return (cut, Bool.random())
+            let reset = Bool.random()
+            if reset { resets += 1 } else { closes += 1 }
+            lastCut = (cut, reset)
+            return (cut, reset)
         }
+    }
+
+    var counts: (closes: Int, resets: Int, afterClose: Int, afterReset: Int) {
+        lock.withLock { (closes, resets, refetchedAfterClose, refetchedAfterReset) }
     }
 }
 
@@ -183,10 +212,18 @@ func resumeSection(_ figures: ResumeFigures) -> Section {
         comparison: figures.cutSeconds.isNaN ? "" : "\(fixed(figures.cutSeconds, 1)) s; \(grouped(Double(figures.resentBytes))) B sent twice",
         goal: "every run",
         verdict: figures.cutRuns == 0 ? .failed : (figures.matchingRuns == figures.cutRuns ? .pass : .miss)))
+    section.rows.append(Row(
+        measure: "Bytes asked for again after a cut: after a close (FIN) / after a reset (RST)",
+        library: "\(grouped(Double(figures.refetchedAfterClose))) B over \(figures.closes) / \(grouped(Double(figures.refetchedAfterReset))) B over \(figures.resets)",
+        baseline: "",
+        comparison: figures.resets == 0 ? "" : "\(grouped(Double(figures.refetchedAfterReset / figures.resets))) B per reset",
+        goal: "0 after a close",
+        verdict: figures.closes == 0 ? .failed : (figures.refetchedAfterClose == 0 ? .pass : .miss)))
     section.notes.append("Half of the cuts close the connection (FIN), half reset it (RST), about every \(grouped(Double(figures.cutBytes / max(1, figures.cutsMet / max(1, figures.cutRuns))))) bytes. "
         + "The SHA-256 is checked by the library (`DownloadIntegrity.sha256`) against the one `sha256sum` computed. "
-        + "\"Sent twice\" is what the server wrote beyond one copy: it includes what a reset discarded in the kernel's socket buffers "
-        + "(up to a few MB on loopback), which the client never received; after a FIN cut the client resumes at the exact byte (first row).")
+        + "\"Sent twice\" is what the server wrote beyond one copy, including what a reset discarded in the kernel's socket buffers, "
+        + "which the client never received; \"asked for again\" is, per cut, the offset of the cut minus where the next request's range starts: "
+        + "a reset loses what was in flight, a close loses nothing.")
     return section
 }
 

@@ -73,7 +73,10 @@ final class MultipartTests: XCTestCase {
             XCTAssertNil(request.httpBody)
             XCTAssertNotNil(request.httpBodyStream)
             XCTAssertEqual(length, expected.httpBody?.count)
+            #if canImport(FoundationNetworking)
+            // On Apple platforms the file keeps its name until the stream is released, to answer needNewBodyStream.
             XCTAssertTrue(leftoverTemporaryFiles().isEmpty, "the file is unlinked as soon as it is created")
+            #endif
             #if os(Linux)
             XCTAssertEqual(openTemporaryDescriptors().count, 1, "the stream holds the file open")
             XCTAssertNil(request.value(forHTTPHeaderField: "Content-Length"))
@@ -94,7 +97,9 @@ final class MultipartTests: XCTestCase {
             XCTAssertEqual(parts.map(\.body), [Data("caption".utf8), try Data(contentsOf: big)])
             XCTAssertEqual(parts[1].contentType, "application/octet-stream")
         }
+        #if canImport(FoundationNetworking)
         XCTAssertEqual(filesSeenByServer.value, [])
+        #endif
         waitUntil("no descriptor of a temporary file is left") { openTemporaryDescriptors().isEmpty }
         XCTAssertTrue(leftoverTemporaryFiles().isEmpty)
     }

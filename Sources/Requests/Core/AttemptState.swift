@@ -48,6 +48,7 @@ enum MonitorEvent {
     case didFail(RequestAttempt, Error, duration: TimeInterval)
     case didRetry(RequestAttempt, delay: TimeInterval)
     case willRedirect(RequestAttempt, HTTPURLResponse, to: URLRequest)
+    case cache(RequestAttempt, CacheEvent)
     case didFinish(RequestSummary, then: @Sendable () -> Void)
 
     /// What runs once the monitors have seen the event: the completion, after the finish.
@@ -68,6 +69,8 @@ enum MonitorEvent {
             monitor.requestDidRetry(attempt, delay: delay)
         case let .willRedirect(attempt, response, request):
             monitor.requestWillRedirect(attempt, response: response, to: request)
+        case let .cache(attempt, event):
+            monitor.requestDidUseCache(attempt, event: event)
         case let .didFinish(summary, _):
             monitor.requestDidFinish(summary)
         }

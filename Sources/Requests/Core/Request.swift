@@ -58,6 +58,10 @@ public protocol NetworkRequest: Request {
     /// Headers, besides the queue's ``RequestPolicies/sensitiveHeaders``, that a redirect never carries to another
     /// origin. Default: none.
     var sensitiveHeaders: [String] { get }
+    /// Replaces the queue's ``RequestPolicies/responseCache``. Default: `nil`, the queue's.
+    var responseCache: ResponseCache? { get }
+    /// How this request uses the response cache, when there is one. Default: ``CacheUse/useCache``.
+    var cacheUse: CacheUse { get }
 
     /// Builds the `URLRequest` to send, once per attempt (again for each retry). Call `completion` once;
     /// later calls are ignored.

@@ -26,6 +26,9 @@ public protocol RequestEventMonitor: Sendable {
     /// The ``RedirectPolicy`` let the attempt follow `response` to `request` (with sensitive headers removed if it
     /// leaves the origin). Comes between ``requestWillSend(_:)`` and ``requestDidReceive(_:response:bodyBytes:duration:)``.
     func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest)
+    /// The ``ResponseCache`` served, missed, revalidated or stored the attempt's response: a hit or a miss comes
+    /// before the send (a hit instead of it), revalidated and stored before ``requestDidReceive(_:response:bodyBytes:duration:)``.
+    func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent)
     /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
     /// once per request, last, before its completion handler runs; after a cancellation, on a global queue.
     func requestDidFinish(_ summary: RequestSummary)
@@ -44,6 +47,8 @@ extension RequestEventMonitor {
     public func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest) {}
     /// Does nothing.
     public func requestDidFinish(_ summary: RequestSummary) {}
+    /// Does nothing.
+    public func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent) {}
 }
 
 /// One attempt at sending a request.

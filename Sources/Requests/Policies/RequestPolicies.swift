@@ -34,6 +34,8 @@ public struct RequestPolicies: Sendable {
     /// Headers that a redirect never carries to another origin, besides `Authorization`, `Proxy-Authorization`
     /// and `Cookie` (for example `X-Api-Key`). Names are compared without regard to case. Default: none.
     public var sensitiveHeaders: [String]
+    /// Where data requests find and keep responses (see ``ResponseCache``). Default: `nil`, no caching by Requests.
+    public var responseCache: ResponseCache?
 
     /// Policies with the given parts; each defaults to the documented default.
     public init(
@@ -45,7 +47,8 @@ public struct RequestPolicies: Sendable {
         monitors: [any RequestEventMonitor] = [],
         limits: TransferLimits = .default,
         redirectPolicy: RedirectPolicy = .follow,
-        sensitiveHeaders: [String] = []
+        sensitiveHeaders: [String] = [],
+        responseCache: ResponseCache? = nil
     ) {
         self.adapters = adapters
         self.preconditions = preconditions
@@ -56,6 +59,7 @@ public struct RequestPolicies: Sendable {
         self.limits = limits
         self.redirectPolicy = redirectPolicy
         self.sensitiveHeaders = sensitiveHeaders
+        self.responseCache = responseCache
     }
 
     /// These policies with `request`'s own added.
@@ -68,6 +72,7 @@ public struct RequestPolicies: Sendable {
         policies.limits = request.limits ?? limits
         policies.redirectPolicy = request.redirectPolicy ?? redirectPolicy
         policies.sensitiveHeaders += request.sensitiveHeaders
+        policies.responseCache = request.responseCache ?? responseCache
         if !request.usesAuthenticator {
             policies.authenticator = nil
         }
@@ -92,6 +97,10 @@ extension NetworkRequest {
     public var redirectPolicy: RedirectPolicy? { nil }
     /// None: only the queue's sensitive headers.
     public var sensitiveHeaders: [String] { [] }
+    /// `nil`: the queue's response cache, if any.
+    public var responseCache: ResponseCache? { nil }
+    /// ``CacheUse/useCache``.
+    public var cacheUse: CacheUse { .useCache }
 }
 
 extension OperationQueue {
@@ -136,6 +145,7 @@ final class PolicyBox: Sendable {
         let addsNothing = request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
             && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
             && request.limits == nil && request.redirectPolicy == nil && request.sensitiveHeaders.isEmpty
+            && request.responseCache == nil
         return addsNothing ? self : PolicyBox(policies.adding(request))
     }
 }

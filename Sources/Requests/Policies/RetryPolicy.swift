@@ -101,13 +101,22 @@ public struct RetryPolicy: Sendable {
         if let seconds = Int(trimmed) {
             return seconds >= 0 ? TimeInterval(seconds) : nil
         }
+        return HTTPDate.parse(trimmed).map { max(0, $0.timeIntervalSince(now)) }
+    }
+}
+
+/// HTTP dates (RFC 9110 §5.6.7): the IMF-fixdate, and the obsolete RFC 850 and asctime forms a recipient must accept.
+enum HTTPDate {
+    static func parse(_ value: String) -> Date? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        // A formatter per call: DateFormatter is not known to be thread-safe in corelibs.
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             formatter.dateFormat = format
             if let date = formatter.date(from: trimmed) {
-                return max(0, date.timeIntervalSince(now))
+                return date
             }
         }
         return nil

@@ -60,6 +60,10 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     // MARK: - Each attempt
 
+    override var usesResponseCache: Bool {
+        false
+    }
+
     override func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         var urlRequest = urlRequest
         // The request's own code, read outside the lock.

@@ -60,6 +60,10 @@ extension UploadRequest where Self: NoContentRequest {
 /// Runs an ``UploadRequest`` as a task whose callbacks Requests receives (see `TransferSession`), so that the
 /// bytes sent reach ``RequestOperation/progress``.
 public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {
+    override var usesResponseCache: Bool {
+        false
+    }
+
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
         // User code: read outside the lock.
         guard let body = currentRequest?.uploadBody else { throw RequestQueueError.cancelled }

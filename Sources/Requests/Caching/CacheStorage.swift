@@ -1,0 +1,482 @@
+import Foundation
+
+/// Bytes by key, in memory and on disk, each bounded by size with least-recently-used eviction.
+///
+/// The storage layer of the response cache: it knows nothing of HTTP, only that a key maps to some bytes. Memory is
+/// checked first; the disk keeps what memory had to drop and what a previous run of the process wrote, so a disk hit
+/// is copied back into memory.
+///
+/// On disk each key is one file in ``directory``, named by the SHA-256 of the key, holding a small header (magic
+/// value, format version, the full key, the body length) and then the bytes. A file is written under a temporary
+/// `.tmp-<UUID>` name and renamed over the final name, so a reader sees the old file or the new one, never half of
+/// one; a file whose header doesn't match (another format, another key that happens to collide, a truncated body)
+/// is a miss and is removed.
+///
+/// Disk trouble (a directory that can't be created, is read-only or vanishes) never reaches the caller: the disk
+/// operation quietly does nothing and the memory layer keeps working, because a cache that fails should only make
+/// things slower, never wrong. Nothing here throws or traps.
+///
+/// Thread-safe: one lock guards all the bookkeeping. Large file reads and writes happen outside it, and what they
+/// find or make is published under it (the rename of a finished file, the promotion of a read one), so no thread
+/// waits on another's disk I/O and memory and disk never disagree about which value is newest.
+final class CacheStorage: @unchecked Sendable {
+    /// Where a file's header starts: "RQCS", so a foreign file in the directory is never taken for an entry.
+    private static let magic: [UInt8] = [0x52, 0x51, 0x43, 0x53]
+    /// The format of the header; bumped when it changes, so files from another version are misses, not garbage.
+    private static let formatVersion: UInt8 = 1
+    /// Magic (4) + version (1) + key length (UInt32, 4) + body length (UInt64, 8), before the key's bytes.
+    private static let fixedHeaderLength = 4 + 1 + 4 + 8
+    /// The prefix of files being written; any found when the directory is first used are a crash's leftovers.
+    private static let temporaryPrefix = ".tmp-"
+
+    /// The most bytes kept in memory.
+    let memoryCapacity: Int
+    /// The most bytes kept on disk, headers included, as the files' sizes add up.
+    let diskCapacity: Int
+    /// Where the files live; nil when the disk layer is off (no directory given, or a disk capacity of 0).
+    let directory: URL?
+
+    /// Guards every stored property below; never held while a large file is read or written.
+    private let lock = NSLock()
+
+    /// The values in memory.
+    private var memory: [String: Data] = [:]
+    /// Their use order, least recent first, for eviction.
+    private var memoryOrder = LRUOrder()
+    /// The sum of the sizes of the values in `memory`.
+    private var memoryBytes = 0
+
+    /// What is known of a file on disk, by file name.
+    private struct DiskEntry {
+        /// The file's size in bytes, header included.
+        var size: Int
+        /// Which write made the file: a read done outside the lock compares it afterwards, so it never promotes or
+        /// removes a file that was replaced or removed meanwhile.
+        var stamp: UInt64
+    }
+
+    /// The files on disk, by file name; built from the directory listing on first use, then kept up to date here
+    /// (the listing isn't read again unless the directory turns out to have vanished).
+    private var disk: [String: DiskEntry] = [:]
+    /// Their use order, least recent first, for eviction.
+    private var diskOrder = LRUOrder()
+    /// The sum of the sizes in `disk`.
+    private var diskBytes = 0
+    /// Whether `disk` has been built from the directory listing yet.
+    private var diskIndexLoaded = false
+    /// The last stamp handed out; see ``DiskEntry/stamp``.
+    private var lastStamp: UInt64 = 0
+
+    /// A storage holding up to `memoryCapacity` bytes in memory and `diskCapacity` bytes in files in `directory`.
+    ///
+    /// Nothing touches the disk here: the directory is listed when first used and created when first written, so
+    /// making a storage is cheap and can't fail. With `directory` nil or `diskCapacity` 0 the storage is memory
+    /// only. Negative capacities count as 0.
+    init(memoryCapacity: Int, diskCapacity: Int, directory: URL?) {
+        self.memoryCapacity = max(0, memoryCapacity)
+        self.diskCapacity = max(0, diskCapacity)
+        self.directory = diskCapacity > 0 ? directory?.standardizedFileURL : nil
+    }
+
+    // MARK: - Public operations
+
+    /// The bytes stored for `key`, or nil.
+    ///
+    /// Memory first; otherwise the key's file is read (outside the lock), its header checked, and the bytes copied
+    /// into memory. A file that can't be read or decoded is a miss and is removed, so it costs one failed read only.
+    func data(forKey key: String) -> Data? {
+        let fileName = Self.fileName(forKey: key)
+
+        lock.lock()
+        if let value = memory[key] {
+            memoryOrder.touch(key)
+            // A value used from memory is in use on disk too, so that the disk evicts it last.
+            if disk[fileName] != nil { diskOrder.touch(fileName) }
+            lock.unlock()
+            return value
+        }
+        guard let directory else {
+            lock.unlock()
+            return nil
+        }
+        loadDiskIndexIfNeeded(in: directory)
+        guard let stamp = disk[fileName]?.stamp else {
+            lock.unlock()
+            return nil
+        }
+        lock.unlock()
+
+        let fileURL = directory.appendingPathComponent(fileName, isDirectory: false)
+        let value = (try? Data(contentsOf: fileURL)).flatMap { Self.decode($0, expectedKey: key) }
+
+        lock.lock()
+        // Only a file that is still the one looked up may be removed or promoted: if a write or removal came in
+        // meanwhile, it already put memory and disk in order, and its result must not be overwritten.
+        let unchanged = disk[fileName]?.stamp == stamp
+        if unchanged {
+            if let value {
+                diskOrder.touch(fileName)
+                storeInMemory(value, forKey: key)
+            } else {
+                removeDiskEntry(fileName, in: directory)
+            }
+        }
+        lock.unlock()
+
+        if value != nil, unchanged {
+            // Keeps the use order across a restart, when the index is rebuilt from modification dates. Harmless if
+            // it fails or lands on a newer file of the same key.
+            try? FileManager.default.setAttributes([.modificationDate: Date()], ofItemAtPath: fileURL.path)
+        }
+        return value
+    }
+
+    /// Stores `data` for `key`, in memory and on disk, replacing what was there.
+    ///
+    /// The file is written under a temporary name outside the lock; the rename over the final name and the memory
+    /// update are made together under it, so the newest value wins in both layers. If the file can't be written,
+    /// the key's old file is dropped, so the disk never answers with a value older than memory's.
+    func setData(_ data: Data, forKey key: String) {
+        guard let directory else {
+            lock.withLock { storeInMemory(data, forKey: key) }
+            return
+        }
+        let fileName = Self.fileName(forKey: key)
+        let contents = Self.encode(data, key: key)
+        // Loaded before the temporary file is written, so that the removal of a crash's leftovers, on first use,
+        // can't take a file this process is writing.
+        lock.withLock { loadDiskIndexIfNeeded(in: directory) }
+
+        // A file larger than the whole disk capacity would only evict everything and then itself.
+        let written = contents.count <= diskCapacity ? writeTemporaryFile(contents, in: directory) : nil
+
+        lock.lock()
+        defer { lock.unlock() }
+        if written?.directoryWasMissing == true {
+            // The directory vanished and was made again: the files the index knows are gone.
+            reloadDiskIndex(in: directory, removingTemporaryFiles: false)
+        }
+        let fileURL = directory.appendingPathComponent(fileName, isDirectory: false)
+        if let temporaryURL = written?.url, Self.moveFile(temporaryURL, to: fileURL) {
+            if let old = disk[fileName] { diskBytes -= old.size }
+            lastStamp += 1
+            disk[fileName] = DiskEntry(size: contents.count, stamp: lastStamp)
+            diskBytes += contents.count
+            diskOrder.touch(fileName)
+            evictDisk(in: directory)
+        } else {
+            if let temporaryURL = written?.url { Self.removeFile(temporaryURL) }
+            removeDiskEntry(fileName, in: directory)
+        }
+        storeInMemory(data, forKey: key)
+    }
+
+    /// Removes what is stored for `key`, from memory and disk.
+    func removeData(forKey key: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        removeFromMemory(key)
+        guard let directory else { return }
+        loadDiskIndexIfNeeded(in: directory)
+        let fileName = Self.fileName(forKey: key)
+        // Removed even when the index doesn't know it: it may have been written by another process since.
+        if disk[fileName] == nil {
+            Self.removeFile(directory.appendingPathComponent(fileName, isDirectory: false))
+        } else {
+            removeDiskEntry(fileName, in: directory)
+        }
+    }
+
+    /// Removes everything, from memory and disk.
+    ///
+    /// Files that look like entries are removed whether the index knows them or not; temporary files are left to
+    /// the writes that own them, and foreign files are left alone.
+    func removeAll() {
+        lock.lock()
+        defer { lock.unlock() }
+        memory.removeAll()
+        memoryOrder.removeAll()
+        memoryBytes = 0
+        guard let directory else { return }
+        // Loaded first so that a crash's temporary files go too, as on any first use.
+        loadDiskIndexIfNeeded(in: directory)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        for name in names where Self.isEntryFileName(name) {
+            Self.removeFile(directory.appendingPathComponent(name, isDirectory: false))
+        }
+        disk.removeAll()
+        diskOrder.removeAll()
+        diskBytes = 0
+    }
+
+    /// The bytes held in memory now (for tests).
+    var memorySize: Int {
+        lock.withLock { memoryBytes }
+    }
+
+    /// The bytes on disk, headers included, as the index counts them (for tests); lists the directory on first use.
+    var diskSize: Int {
+        lock.withLock {
+            guard let directory else { return 0 }
+            loadDiskIndexIfNeeded(in: directory)
+            return diskBytes
+        }
+    }
+
+    // MARK: - Memory (lock held)
+
+    /// Puts `value` in memory as the most recent entry, then evicts the least recent ones down to capacity.
+    ///
+    /// A value larger than the whole capacity isn't kept (it would evict everything and then itself), and the old
+    /// value for the key is dropped, so memory never answers with a stale value.
+    private func storeInMemory(_ value: Data, forKey key: String) {
+        removeFromMemory(key)
+        guard value.count <= memoryCapacity else { return }
+        memory[key] = value
+        memoryBytes += value.count
+        memoryOrder.touch(key)
+        while memoryBytes > memoryCapacity, let victim = memoryOrder.leastRecent {
+            removeFromMemory(victim)
+        }
+    }
+
+    /// Drops `key` from memory, if there.
+    private func removeFromMemory(_ key: String) {
+        guard let old = memory.removeValue(forKey: key) else { return }
+        memoryBytes -= old.count
+        memoryOrder.remove(key)
+    }
+
+    // MARK: - Disk index (lock held)
+
+    /// Builds the index from the directory listing the first time the disk is used.
+    ///
+    /// Done under the lock and only once, so every operation sees the same index; temporary files left by a crash
+    /// are removed then, before this process has written any of its own.
+    private func loadDiskIndexIfNeeded(in directory: URL) {
+        guard !diskIndexLoaded else { return }
+        reloadDiskIndex(in: directory, removingTemporaryFiles: true)
+    }
+
+    /// Replaces the index with what the directory holds: entry files by modification date, oldest as least recent.
+    ///
+    /// A directory that is missing or unreadable gives an empty index; that is the truth as far as reads can tell.
+    private func reloadDiskIndex(in directory: URL, removingTemporaryFiles: Bool) {
+        diskIndexLoaded = true
+        disk.removeAll()
+        diskOrder.removeAll()
+        diskBytes = 0
+
+        let keys: [URLResourceKey] = [.isRegularFileKey, .fileSizeKey, .contentModificationDateKey]
+        let urls = (try? FileManager.default.contentsOfDirectory(
+            at: directory, includingPropertiesForKeys: keys, options: []
+        )) ?? []
+        var found: [(name: String, size: Int, date: Date)] = []
+        for url in urls {
+            let name = url.lastPathComponent
+            if name.hasPrefix(Self.temporaryPrefix) {
+                if removingTemporaryFiles { Self.removeFile(url) }
+                continue
+            }
+            guard Self.isEntryFileName(name),
+                  let values = try? url.resourceValues(forKeys: Set(keys)),
+                  values.isRegularFile == true,
+                  let size = values.fileSize
+            else { continue }
+            found.append((name, size, values.contentModificationDate ?? .distantPast))
+        }
+        // By date, then by name so that equal dates (coarse file systems) still give one fixed order.
+        found.sort { ($0.date, $0.name) < ($1.date, $1.name) }
+        for file in found {
+            lastStamp += 1
+            disk[file.name] = DiskEntry(size: file.size, stamp: lastStamp)
+            diskBytes += file.size
+            diskOrder.touch(file.name)
+        }
+        // The directory may have been filled with a larger capacity in an earlier run.
+        evictDisk(in: directory)
+    }
+
+    /// Removes the least recently used files until the total is within ``diskCapacity``.
+    private func evictDisk(in directory: URL) {
+        while diskBytes > diskCapacity, let victim = diskOrder.leastRecent {
+            removeDiskEntry(victim, in: directory)
+        }
+    }
+
+    /// Removes `fileName` from the index and from the directory.
+    ///
+    /// The index entry goes even when the file can't be removed (a read-only directory): the index is what reads
+    /// consult, so the file is gone as far as this storage is concerned.
+    private func removeDiskEntry(_ fileName: String, in directory: URL) {
+        Self.removeFile(directory.appendingPathComponent(fileName, isDirectory: false))
+        if let old = disk.removeValue(forKey: fileName) {
+            diskBytes -= old.size
+        }
+        diskOrder.remove(fileName)
+    }
+
+    // MARK: - Files (no lock needed)
+
+    /// What ``writeTemporaryFile(_:in:)`` made.
+    private struct TemporaryFile {
+        /// The finished temporary file, or nil if it couldn't be written.
+        var url: URL?
+        /// Whether the directory had to be created: the index then no longer matches it.
+        var directoryWasMissing: Bool
+    }
+
+    /// Writes `contents` to a new temporary file in `directory`, creating the directory if the first attempt fails.
+    ///
+    /// Creation is tried on every write that fails, so a directory that was missing or blocked for a while is used
+    /// again as soon as it can be made.
+    private func writeTemporaryFile(_ contents: Data, in directory: URL) -> TemporaryFile? {
+        let url = directory.appendingPathComponent(Self.temporaryPrefix + UUID().uuidString, isDirectory: false)
+        if (try? contents.write(to: url)) != nil {
+            return TemporaryFile(url: url, directoryWasMissing: false)
+        }
+        var isDirectory: ObjCBool = false
+        let existed = FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory)
+        if existed, isDirectory.boolValue {
+            // The directory is there but won't take the file (read-only, full): nothing to fix here.
+            Self.removeFile(url)
+            return nil
+        }
+        guard (try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)) != nil
+        else {
+            // Still reported as missing, so the index drops the files that went with the directory.
+            return TemporaryFile(url: nil, directoryWasMissing: true)
+        }
+        guard (try? contents.write(to: url)) != nil else {
+            Self.removeFile(url)
+            return TemporaryFile(url: nil, directoryWasMissing: true)
+        }
+        return TemporaryFile(url: url, directoryWasMissing: true)
+    }
+
+    /// Moves `source` over `destination` with rename(2): atomic within one directory, replacing any old file.
+    private static func moveFile(_ source: URL, to destination: URL) -> Bool {
+        source.withUnsafeFileSystemRepresentation { from in
+            destination.withUnsafeFileSystemRepresentation { to in
+                guard let from, let to else { return false }
+                return rename(from, to) == 0
+            }
+        }
+    }
+
+    /// Removes the file at `url`, ignoring failure: a file that is already gone or can't be removed is no error
+    /// for a cache.
+    private static func removeFile(_ url: URL) {
+        url.withUnsafeFileSystemRepresentation { path in
+            if let path { _ = unlink(path) }
+        }
+    }
+
+    // MARK: - File format
+
+    /// The file name for `key`: the hex SHA-256 of its UTF-8 bytes, so any key gives a safe, fixed-length name.
+    static func fileName(forKey key: String) -> String {
+        SHA256.hexDigest(Data(key.utf8))
+    }
+
+    /// Whether `name` has the shape of an entry's file name (64 lowercase hex digits), so that foreign files in the
+    /// directory are neither indexed nor removed.
+    private static func isEntryFileName(_ name: String) -> Bool {
+        let bytes = name.utf8
+        return bytes.count == 64 && bytes.allSatisfy { (0x30 ... 0x39).contains($0) || (0x61 ... 0x66).contains($0) }
+    }
+
+    /// The file contents for `data` under `key`: magic, version, key length (UInt32 big-endian), body length
+    /// (UInt64 big-endian), the key's UTF-8 bytes, then `data`.
+    ///
+    /// The key is stored whole because two keys could share a name only through a hash collision, but checking
+    /// costs little; the body length makes a truncated file detectable.
+    static func encode(_ data: Data, key: String) -> Data {
+        let keyBytes = Array(key.utf8)
+        var contents = Data()
+        contents.reserveCapacity(fixedHeaderLength + keyBytes.count + data.count)
+        contents.append(contentsOf: magic)
+        contents.append(formatVersion)
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: keyBytes.count).bigEndian) { contents.append(contentsOf: $0) }
+        withUnsafeBytes(of: UInt64(data.count).bigEndian) { contents.append(contentsOf: $0) }
+        contents.append(contentsOf: keyBytes)
+        contents.append(data)
+        return contents
+    }
+
+    /// The body of `contents` if it is a whole file written by ``encode(_:key:)`` for `expectedKey`, else nil.
+    static func decode(_ contents: Data, expectedKey: String) -> Data? {
+        let bytes = [UInt8](contents.prefix(fixedHeaderLength))
+        guard bytes.count == fixedHeaderLength,
+              Array(bytes[0 ..< 4]) == magic,
+              bytes[4] == formatVersion
+        else { return nil }
+        let keyLength = bytes[5 ..< 9].reduce(0) { $0 << 8 | Int($1) }
+        let bodyLength = bytes[9 ..< 17].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let keyBytes = Array(expectedKey.utf8)
+        // Exactly the declared length: shorter is a truncated write, longer is not a file of ours. The key length
+        // is compared first, so the subtraction below can't go negative.
+        guard keyLength == keyBytes.count,
+              contents.count >= fixedHeaderLength + keyLength,
+              UInt64(contents.count - fixedHeaderLength - keyLength) == bodyLength
+        else { return nil }
+        let keyStart = contents.startIndex + fixedHeaderLength
+        let bodyStart = keyStart + keyLength
+        guard contents[keyStart ..< bodyStart].elementsEqual(keyBytes) else { return nil }
+        return contents.subdata(in: bodyStart ..< contents.endIndex)
+    }
+}
+
+/// The use order of a set of keys, least recent first, with constant-time touch and remove.
+///
+/// A doubly linked list threaded through a dictionary (each key knows its neighbours), so it needs no node objects
+/// and stays a plain value guarded by the storage's lock.
+private struct LRUOrder {
+    /// A key's neighbours: `previous` was used before it, `next` after it.
+    private struct Link {
+        var previous: String?
+        var next: String?
+    }
+
+    /// The links, by key.
+    private var links: [String: Link] = [:]
+    /// The least recently used key: the next to evict.
+    private(set) var leastRecent: String?
+    /// The most recently used key.
+    private var mostRecent: String?
+
+    /// Makes `key` the most recent, adding it if absent.
+    mutating func touch(_ key: String) {
+        if mostRecent == key { return }
+        remove(key)
+        links[key] = Link(previous: mostRecent, next: nil)
+        if let last = mostRecent {
+            links[last]?.next = key
+        } else {
+            leastRecent = key
+        }
+        mostRecent = key
+    }
+
+    /// Takes `key` out of the order, if there.
+    mutating func remove(_ key: String) {
+        guard let link = links.removeValue(forKey: key) else { return }
+        if let previous = link.previous {
+            links[previous]?.next = link.next
+        } else {
+            leastRecent = link.next
+        }
+        if let next = link.next {
+            links[next]?.previous = link.previous
+        } else {
+            mostRecent = link.previous
+        }
+    }
+
+    /// Forgets every key.
+    mutating func removeAll() {
+        links.removeAll()
+        leastRecent = nil
+        mostRecent = nil
+    }
+}

@@ -1,0 +1,90 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// What the cache knows about an attempt sent to the network: the entry whose validators it carries, if any.
+struct CachedAttempt {
+    let cache: ResponseCache
+    let entry: CachedResponse?
+    let requestTime: Date
+}
+
+/// The ``ResponseCache`` around a data request's attempt: before it, a fresh hit answers without the network and a
+/// stale entry adds its validators; after it, a `304` is answered with the stored body and a storable response is
+/// stored. Either way the body goes through the operation's status check, validations and `processResponse`.
+extension DataRequestOperation {
+    func sendThroughCache(_ cache: ResponseCache, _ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        // The request's own code, read outside the lock.
+        let requested = currentRequest?.cacheUse ?? .useCache
+        let use: CacheUse = withLock { reloadsCache } ? .reload : requested
+        guard use != .bypass else {
+            super.send(urlRequest, credential: credential)
+            return
+        }
+        let now = Date()
+        let entry = use == .reload ? nil : cache.entry(for: urlRequest)
+        if let entry, use == .onlyIfCached || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
+            serve(entry, for: urlRequest)
+            return
+        }
+        if use == .onlyIfCached {
+            complete(with: .failure(ResponseCacheError.notCached(urlRequest.url)))
+            return
+        }
+        let conditional = entry?.conditional(urlRequest)
+        let attempt: RequestAttempt? = ifNotCompleted {
+            cachedAttempt = CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now)
+            return currentAttempt(sending: conditional ?? urlRequest)
+        }
+        guard let attempt else { return }
+        emit(.cache(attempt, .miss(revalidating: conditional != nil)))
+        super.send(conditional ?? urlRequest, credential: credential)
+    }
+
+    /// Answers the attempt with `entry`, without the network.
+    private func serve(_ entry: CachedResponse, for urlRequest: URLRequest) {
+        guard let response = entry.httpResponse() else {
+            complete(with: .failure(ResponseCacheError.notCached(urlRequest.url)))
+            return
+        }
+        let attempt: RequestAttempt? = ifNotCompleted {
+            run.sentRequest = urlRequest
+            run.sendTime = .now()
+            return currentAttempt(sending: urlRequest)
+        }
+        guard let attempt else { return }
+        emit(.cache(attempt, .hit))
+        receive(body: .data(entry.body), response: response, error: nil)
+    }
+
+    func receiveThroughCache(_ cached: CachedAttempt, body: ResponseBody, response: URLResponse?, error: Error?) {
+        let sent = withLock { run.sentRequest }
+        guard error == nil, let sent, let http = response as? HTTPURLResponse, case let .data(data) = body else {
+            super.receive(body: body, response: response, error: error)
+            return
+        }
+        let now = Date()
+        let attempt = withLock { currentAttempt(sending: sent) }
+        if http.statusCode == 304, let entry = cached.entry {
+            let newTag = http.value(forHTTPHeaderField: "ETag")
+            if let newTag, let storedTag = entry.header("ETag"), newTag != storedTag {
+                // RFC 9111 §4.3.4: a 304 for another representation cannot freshen this one. Fetch it whole.
+                cached.cache.remove(for: sent)
+                withLock { reloadsCache = true }
+                scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: false)
+                return
+            }
+            let refreshed = entry.refreshed(by: http, requestTime: cached.requestTime, responseTime: now)
+            cached.cache.replace(refreshed, for: sent)
+            emit(.cache(attempt, .revalidated))
+            super.receive(body: .data(refreshed.body), response: refreshed.httpResponse() ?? http, error: nil)
+            return
+        }
+        cached.cache.invalidate(after: sent, status: http.statusCode)
+        if cached.cache.store(data, response: http, for: sent, requestTime: cached.requestTime, responseTime: now) {
+            emit(.cache(attempt, .stored))
+        }
+        super.receive(body: body, response: response, error: error)
+    }
+}

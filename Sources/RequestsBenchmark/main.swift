@@ -29,7 +29,7 @@ enum ServerChoice: String {
 
 /// The parts of the benchmark; `--only` picks some.
 enum Part: String, CaseIterable {
-    case throughput, memory, cancel, decode, overhead, transfers, limits, streams, resume
+    case throughput, memory, cancel, decode, overhead, transfers, limits, streams, resume, cache
 }
 
 struct Options {
@@ -59,7 +59,7 @@ struct Options {
           --requests N       requests per throughput run (default 2000, smoke 100)
           --rounds N         alternating rounds per concurrency (default 9, smoke 2)
           --only PARTS       comma-separated subset of throughput,memory,cancel,decode,overhead,transfers,limits,
-                             streams,resume
+                             streams,resume,cache
           --soak [N]         instead: N requests (100,000) with 1 % server faults and 5 % cancellations; checks
                              every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
@@ -114,7 +114,7 @@ struct Options {
                 let text = try value(for: argument)
                 let parts = text.split(separator: ",").map { Part(rawValue: String($0)) }
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
-                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits,streams,resume, not \(text)")
+                    throw UsageError(description: "--only takes throughput,memory,cancel,decode,overhead,transfers,limits,streams,resume,cache, not \(text)")
                 }
                 options.only = Set(parts.compactMap { $0 })
             case "--profile-side":
@@ -426,6 +426,10 @@ if options.only.contains(.resume) {
         measureResume(bytes: bytes, cutBytes: options.smoke ? 16 << 20 : 256 << 20, runs: options.smoke ? 2 : 10, cutsPerRun: options.smoke ? 10 : 100, server: embedded)
     }
     sections.append(resumeSection(figures))
+}
+if options.only.contains(.cache) {
+    let figures = timed("11. Response cache") { measureCache(requests: options.smoke ? 200 : 1_000, server: embedded) }
+    sections.append(cacheSection(figures))
 }
 embedded.stop()
 let runSeconds = ResourceUsage.now() - runStart

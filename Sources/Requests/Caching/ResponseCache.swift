@@ -159,6 +159,9 @@ struct CachedResponse: Codable, Equatable {
     var responseTime: Date
     /// The request's values for the headers `Vary` names, by lowercased name ("" when absent).
     var varyValues: [String: String]
+    /// `Date` and `Expires`, parsed once when stored (an invalid `Expires` is the distant past: already expired).
+    var date: Date?
+    var expires: Date?
 
     init?(body: Data, response: HTTPURLResponse, request: URLRequest, requestTime: Date, responseTime: Date) {
         guard let url = response.url ?? request.url else { return nil }
@@ -176,6 +179,13 @@ struct CachedResponse: Codable, Equatable {
         for name in Self.varyNames(headers) where name != "*" {
             varyValues[name] = request.value(forHTTPHeaderField: name) ?? ""
         }
+        parseDates()
+    }
+
+    /// Parses `Date` and `Expires` once: a DateFormatter costs tens of microseconds, too much for every hit.
+    private mutating func parseDates() {
+        date = header("Date").flatMap(HTTPDate.parse)
+        expires = header("Expires").map { HTTPDate.parse($0) ?? .distantPast }
     }
 
     func header(_ name: String) -> String? {
@@ -214,17 +224,15 @@ struct CachedResponse: Codable, Equatable {
         if let maxAge = cacheControl["max-age"] {
             return TimeInterval(maxAge).map { max(0, $0) } ?? 0
         }
-        guard let expires = header("Expires") else { return nil }
-        // An invalid Expires, such as "0", means already expired.
-        guard let expiry = HTTPDate.parse(expires) else { return 0 }
-        let date = header("Date").flatMap(HTTPDate.parse) ?? responseTime
-        return max(0, expiry.timeIntervalSince(date))
+        // An invalid Expires, such as "0", means already expired (parsed as the distant past).
+        guard let expires else { return nil }
+        return max(0, expires.timeIntervalSince(date ?? responseTime))
     }
 
     /// RFC 9111 §4.2.3.
     func currentAge(now: Date) -> TimeInterval {
         let ageValue = header("Age").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }.map { max(0, $0) } ?? 0
-        let dateValue = header("Date").flatMap(HTTPDate.parse) ?? responseTime
+        let dateValue = date ?? responseTime
         let apparentAge = max(0, responseTime.timeIntervalSince(dateValue))
         let correctedAgeValue = ageValue + max(0, responseTime.timeIntervalSince(requestTime))
         return max(apparentAge, correctedAgeValue) + max(0, now.timeIntervalSince(responseTime))
@@ -268,6 +276,7 @@ struct CachedResponse: Codable, Equatable {
         }
         entry.requestTime = requestTime
         entry.responseTime = responseTime
+        entry.parseDates()
         return entry
     }
 
@@ -285,10 +294,15 @@ struct CachedResponse: Codable, Equatable {
         var requestTime: Date
         var responseTime: Date
         var varyValues: [String: String]
+        var date: Date?
+        var expires: Date?
     }
 
     func serialized() -> Data {
-        let head = Head(url: url, status: status, headers: headers, requestTime: requestTime, responseTime: responseTime, varyValues: varyValues)
+        let head = Head(
+            url: url, status: status, headers: headers, requestTime: requestTime, responseTime: responseTime, varyValues: varyValues,
+            date: date, expires: expires
+        )
         let json = (try? JSONEncoder().encode(head)) ?? Data()
         var data = Data()
         var length = UInt32(json.count).bigEndian
@@ -310,6 +324,8 @@ struct CachedResponse: Codable, Equatable {
         requestTime = head.requestTime
         responseTime = head.responseTime
         varyValues = head.varyValues
+        date = head.date
+        expires = head.expires
         body = Data(data[(start + length)...])
     }
 }

@@ -27,6 +27,31 @@ final class ValidationThroughStubsTests: XCTestCase {
         XCTAssertEqual(body, Data(#"{"error":"not found"}"#.utf8))
     }
 
+    func testTheResponseCacheWorksWithStubs() {
+        // Given a stubbed catalogue with an ETag, revalidated every time (no-cache), answered 304 the second time
+        let (session, stubs) = URLSession.stubbed()
+        var fresh = StubResponse.json(#"{"id":1}"#)
+        fresh.headers["ETag"] = #""v1""#
+        fresh.headers["Cache-Control"] = "no-cache"
+        var notModified = StubResponse.status(304)
+        notModified.headers["ETag"] = #""v1""#
+        stubs.stub(path: "/catalogue", fresh, notModified)
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(responseCache: ResponseCache(directory: nil))
+        let request = FetchDecodable<Item>(url: api.appendingPathComponent("catalogue"))
+
+        // When it is fetched twice
+        let results = Recorder<Result<Item, Error>>()
+        queue.addRequest(request, session: session) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        queue.addRequest(request, session: session) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+
+        // Then the second carried the validator, and the 304 was answered with the stored body
+        XCTAssertEqual(results.values.map { try? $0.get() }, [Item(id: 1), Item(id: 1)])
+        XCTAssertEqual(stubs.requests.last?.headers.first { $0.key.lowercased() == "if-none-match" }?.value, #""v1""#)
+    }
+
     private struct Events: StreamRequest {
         let url: URL
         var identifier: String { url.absoluteString }

@@ -269,6 +269,27 @@ final class ResumableDownloadTests: XCTestCase {
         assertNoLeftovers()
     }
 
+    func testTheDownloadSizeLimitCountsTheKeptBytesOfAResumedAttempt() throws {
+        // Given half of the resource kept, and a limit above the missing half but below the whole
+        let state = try keptState(cutAt: 500_000)
+        let (url, _) = serve { _, _ in LoopbackResource(length: resourceLength) }
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(limits: TransferLimits(maximumDownloadSize: 600_000))
+        let results = Recorder<(Result<URL, Error>, ResumeState?)>()
+
+        // When it is resumed
+        queue.addRequest(FileDownload(url: url, destination: folder.appendingPathComponent("file.bin")), resumingFrom: state, session: testSession) {
+            results.append(($0, $1))
+        }
+        queue.waitUntilAllOperationsAreFinished()
+
+        // Then the 206's whole length is refused at its headers, and the kept bytes are still there to resume
+        XCTAssertEqual(results.values.first?.0.failure as? TransferLimitError, .responseTooLarge(limit: 600_000))
+        XCTAssertEqual(results.values.first?.1?.bytesReceived, 500_000)
+        results.values.first?.1?.discard()
+        assertNoLeftovers()
+    }
+
     // MARK: - Integrity
 
     func testAChecksumOrLengthMismatchFailsAndLeavesNoFile() throws {

@@ -230,13 +230,15 @@ final class ResponseCacheTests: XCTestCase {
         _ = try fetch(CatalogueRequest(url: url), queue: makeQueue(cache: restarted)).get()
         XCTAssertEqual(seen.all.count, 1, "read from disk by a new cache")
 
+        // A directory that cannot exist (a file stands where its parent should be), even for root.
         try FileManager.default.removeItem(at: directory)
-        let gone = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory.appendingPathComponent("a/b"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: directory.path)
-        defer { try? FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.path) }
-        _ = try fetch(CatalogueRequest(url: url), queue: makeQueue(cache: gone)).get()
-        _ = try fetch(CatalogueRequest(url: url), queue: makeQueue(cache: gone)).get()
+        try Data("not a folder".utf8).write(to: directory.appendingPathComponent("a"))
+        let blocked = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory.appendingPathComponent("a/b"))
+        let before = seen.all.count
+        XCTAssertEqual(try fetch(CatalogueRequest(url: url), queue: makeQueue(cache: blocked)).get().version, 1)
+        XCTAssertEqual(try fetch(CatalogueRequest(url: url), queue: makeQueue(cache: blocked)).get().version, 1)
+        XCTAssertEqual(seen.all.count, before + 2, "nothing could be stored, and nothing failed")
         XCTAssertGreaterThanOrEqual(seen.all.count, 2, "requests still succeed")
     }
 

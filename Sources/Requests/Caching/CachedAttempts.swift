@@ -24,7 +24,7 @@ extension DataRequestOperation {
         }
         let now = Date()
         let entry = use == .reload ? nil : cache.entry(for: urlRequest)
-        if let entry, use == .onlyIfCached || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
+        if let entry, (use == .onlyIfCached && entry.mayServeWithoutNetwork) || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
             serve(entry, for: urlRequest)
             return
         }

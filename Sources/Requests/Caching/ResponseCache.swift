@@ -115,7 +115,8 @@ public enum CacheUse: Sendable, Equatable {
     case revalidate
     /// What is stored is ignored; the network's answer is stored.
     case reload
-    /// Only what is stored, fresh or stale, and never the network: nothing stored fails with
+    /// Only what is stored, fresh or stale, and never the network: nothing stored (or only a response marked
+    /// `no-cache` or `must-revalidate`, which may not be served without asking the server) fails with
     /// ``ResponseCacheError/notCached``.
     case onlyIfCached
     /// Neither read nor written.
@@ -247,6 +248,13 @@ struct CachedResponse: Codable, Equatable {
         let age = currentAge(now: now)
         if let maxAge = requestDirectives["max-age"].flatMap(TimeInterval.init), age > maxAge { return false }
         return lifetime > age
+    }
+
+    /// Whether ``CacheUse/onlyIfCached`` may serve it even stale: not when it must be revalidated first
+    /// (`no-cache`, `must-revalidate`, RFC 9111 §5.2.2.2, §5.2.2.4).
+    var mayServeWithoutNetwork: Bool {
+        let directives = cacheControl
+        return directives["no-cache"] == nil && directives["must-revalidate"] == nil
     }
 
     /// `request` with this response's validators, unless it carries conditions of its own.

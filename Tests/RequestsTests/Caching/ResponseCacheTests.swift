@@ -202,6 +202,15 @@ final class ResponseCacheTests: XCTestCase {
         XCTAssertEqual(seen.all.count, 5, "a request's own cache is empty")
     }
 
+    func testOnlyIfCachedServesAStaleResponseUnlessItMustBeRevalidated() throws {
+        let (stale, _) = route { _, _ in ["Cache-Control": "max-age=0", "ETag": #""k""#] }
+        let (strict, _) = route { _, _ in ["Cache-Control": "max-age=0, must-revalidate", "ETag": #""l""#] }
+        _ = try fetch(CatalogueRequest(url: stale)).get()
+        _ = try fetch(CatalogueRequest(url: strict)).get()
+        XCTAssertNoThrow(try fetch(CatalogueRequest(url: stale, cacheUse: .onlyIfCached)).get())
+        XCTAssertEqual(fetch(CatalogueRequest(url: strict, cacheUse: .onlyIfCached)).failure as? ResponseCacheError, .notCached(strict))
+    }
+
     // MARK: - Bad input
 
     func testA304WithAnotherETagFetchesTheWholeResponse() throws {

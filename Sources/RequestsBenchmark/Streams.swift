@@ -68,7 +68,11 @@ func runStreamChild(_ kind: String, bytes: Int, base: URL) -> Int? {
     let queue = OperationQueue()
     let operation = queue.addRequest(BenchStream(url: url), session: session) { chunk in counter.add(chunk.count) }
     queue.waitUntilAllOperationsAreFinished()
-    guard case .success? = operation.result else { return nil }
+    guard case .success? = operation.result else {
+        // On the parent's standard error, so that a round without a number says why.
+        FileHandle.standardError.write(Data("stream child failed after \(counter.value) bytes: \(String(describing: operation.result))\n".utf8))
+        return nil
+    }
     return counter.value
 }
 

@@ -122,12 +122,57 @@ extension NetworkRequestOperation {
         let (policy, resent) = withLock { (policies.retryPolicy, run.resentAfterRefresh) }
         // The resend after a refresh is not one of the policy's attempts.
         let counted = attempt.number - (resent ? 1 : 0)
+        if let policy, let retrier = policy.retrier {
+            guard counted < policy.maxAttempts else { return false }
+            let context = RetryContext(attempt: counted, request: attempt.urlRequest, error: failure, response: response)
+            ask(retrier, context, timeout: policy.retrierTimeout, maxDelay: policy.maxDelay, failed: attempt)
+            return true
+        }
         let method = attempt.urlRequest.httpMethod ?? "GET"
         guard let delay = policy?.delay(afterAttempt: counted, method: method, error: failure, response: response) else {
             return false
         }
         scheduleNextAttempt(after: delay, failed: attempt, isResendAfterRefresh: false)
         return true
+    }
+
+    /// Asks a custom retrier, in a Task of its own; the first of its answer and the timeout decides.
+    private func ask(
+        _ retrier: @escaping @Sendable (RetryContext) async throws -> RetryDecision,
+        _ context: RetryContext,
+        timeout: TimeInterval,
+        maxDelay: TimeInterval,
+        failed attempt: RequestAttempt
+    ) {
+        guard let step = ifNotCompleted({ beginStep() }) else { return }
+        let receiver: any AttemptReceiver = self
+        let answer = FirstAnswer<Result<RetryDecision, Error>> { [weak receiver] result in
+            receiver?.retrierAnswered(result, context: context, maxDelay: maxDelay, failed: attempt, step: step)
+        }
+        Task {
+            do {
+                answer.give(.success(try await retrier(context)))
+            } catch {
+                answer.give(.failure(error))
+            }
+        }
+        let wait = timeout.isNaN ? 0 : min(max(timeout, 0), 1e6)
+        DispatchQueue.global().asyncAfter(deadline: .now() + wait) { answer.give(.success(.doNotRetry)) }
+    }
+
+    func retrierAnswered(_ result: Result<RetryDecision, Error>, context: RetryContext, maxDelay: TimeInterval, failed attempt: RequestAttempt, step: Int) {
+        guard endStep(step) else { return }
+        switch result {
+        case let .failure(error):
+            complete(with: .failure(error))
+        case .success(.doNotRetry):
+            complete(with: .failure(context.error))
+        case .success(.retry):
+            scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: false)
+        case let .success(.retryAfter(seconds)):
+            let delay = seconds.isNaN ? 0 : min(max(seconds, 0), max(maxDelay, 0))
+            scheduleNextAttempt(after: delay, failed: attempt, isResendAfterRefresh: false)
+        }
     }
 
     func scheduleNextAttempt(after delay: TimeInterval, failed attempt: RequestAttempt, isResendAfterRefresh: Bool) {

@@ -36,6 +36,24 @@ final class Run {
     var isDeliveringEvents = false
 }
 
+/// Calls `handler` with the first value given, once; later values are dropped.
+final class FirstAnswer<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var handler: (@Sendable (Value) -> Void)?
+
+    init(_ handler: @escaping @Sendable (Value) -> Void) {
+        self.handler = handler
+    }
+
+    func give(_ value: Value) {
+        let handler: (@Sendable (Value) -> Void)? = lock.withLock {
+            defer { self.handler = nil }
+            return self.handler
+        }
+        handler?(value)
+    }
+}
+
 /// Seconds elapsed since `start`, on the monotonic clock.
 func secondsSince(_ start: DispatchTime) -> TimeInterval {
     Double(DispatchTime.now().uptimeNanoseconds &- start.uptimeNanoseconds) / 1e9
@@ -137,6 +155,7 @@ protocol AttemptReceiver: AnyObject, Sendable {
     func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int)
     func reauthenticated(_ decision: TokenAuthenticator.Decision, after failure: Error, attempt: RequestAttempt)
     func startNextAttempt()
+    func retrierAnswered(_ result: Result<RetryDecision, Error>, context: RetryContext, maxDelay: TimeInterval, failed attempt: RequestAttempt, step: Int)
     func redirected(_ response: HTTPURLResponse, to request: URLRequest)
     func deadlinePassed(_ deadline: TimeInterval)
 }

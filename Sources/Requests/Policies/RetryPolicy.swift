@@ -34,6 +34,12 @@ public struct RetryPolicy: Sendable {
     /// Whether a `Retry-After` header (delta-seconds or an HTTP-date) sets the delay. A value that is neither
     /// is ignored, and the computed backoff applies. Default: `true`.
     public var honorsRetryAfter: Bool
+    /// App code that decides instead of the rules above (see ``custom(maxAttempts:maxDelay:timeout:_:)``); only
+    /// ``maxAttempts`` and ``maxDelay`` still apply. Default: `nil`.
+    public var retrier: (@Sendable (RetryContext) async throws -> RetryDecision)?
+    /// How long the ``retrier`` may take to answer; after that the request fails with the error of its last
+    /// attempt, as for ``RetryDecision/doNotRetry``. Default: 30 s.
+    public var retrierTimeout: TimeInterval = 30
 
     /// A policy with the defaults above, each of which can be changed here.
     public init(
@@ -63,6 +69,34 @@ public struct RetryPolicy: Sendable {
 
     /// The policy with every default.
     public static let `default` = RetryPolicy()
+
+    /// Retries only a connection that was lost (`networkConnectionLost`, and `badServerResponse`, which is how
+    /// Linux reports a connection dropped before any response), for the idempotent methods, up to 3 attempts with
+    /// the default backoff: Alamofire's `ConnectionLostRetryPolicy`.
+    public static let connectionLost = RetryPolicy(
+        retryableStatusCodes: [],
+        retryableURLErrorCodes: [.networkConnectionLost, .badServerResponse]
+    )
+
+    /// A policy whose decisions your code makes, asynchronously, from the failed attempt's number, request, error
+    /// and response: retry now, after a delay, or not. Any method may be retried.
+    ///
+    /// - The request fails with the error `decide` throws (throw the context's error to keep it).
+    /// - A decision that takes longer than `timeout` counts as ``RetryDecision/doNotRetry``.
+    /// - A delay below 0 (or not a number) is 0, one above `maxDelay` is `maxDelay`.
+    /// - At most `maxAttempts` attempts, the first one included, whatever `decide` says.
+    /// - A cancellation while `decide` runs completes the request at once; its answer is then ignored.
+    public static func custom(
+        maxAttempts: Int = 5,
+        maxDelay: TimeInterval = 300,
+        timeout: TimeInterval = 30,
+        _ decide: @escaping @Sendable (RetryContext) async throws -> RetryDecision
+    ) -> RetryPolicy {
+        var policy = RetryPolicy(maxAttempts: maxAttempts, maxDelay: maxDelay)
+        policy.retrier = decide
+        policy.retrierTimeout = timeout
+        return policy
+    }
 
     /// The wait before attempt `attempt + 1`, after attempt `attempt` (counted from 1) failed with `error`
     /// (and `response`, for a status error), or `nil` when the request should not be sent again.
@@ -103,6 +137,28 @@ public struct RetryPolicy: Sendable {
         }
         return HTTPDate.parse(trimmed).map { max(0, $0.timeIntervalSince(now)) }
     }
+}
+
+/// What a ``RetryPolicy/custom(maxAttempts:maxDelay:timeout:_:)`` decider is told about a failed attempt.
+public struct RetryContext: Sendable {
+    /// The attempt that failed, from 1 (a resend after a token refresh is not counted).
+    public let attempt: Int
+    /// What it sent.
+    public let request: URLRequest
+    /// Why it failed.
+    public let error: Error
+    /// The response, for a status error.
+    public let response: HTTPURLResponse?
+}
+
+/// What a custom retrier decides.
+public enum RetryDecision: Sendable, Equatable {
+    /// Send the request again now.
+    case retry
+    /// Send it again after this many seconds (clamped to `0...maxDelay`).
+    case retryAfter(TimeInterval)
+    /// Fail with the attempt's error.
+    case doNotRetry
 }
 
 /// HTTP dates (RFC 9110 §5.6.7): the IMF-fixdate, and the obsolete RFC 850 and asctime forms a recipient must accept.

@@ -102,8 +102,8 @@ final class ResultAndValidationTests: XCTestCase {
 
     func testEmptyBodyForADecodableRequestIsAClearError() {
         let error = run(GetDecodable<ServedRecipe>(url: server.url("/status/204")))?.failure
-        guard case .didNotReceiveData? = error as? RequestQueueError else {
-            return XCTFail("expected didNotReceiveData, got \(String(describing: error))")
+        guard case .unexpectedEmptyBody(204, "GET")? = error as? RequestQueueError else {
+            return XCTFail("expected unexpectedEmptyBody, got \(String(describing: error))")
         }
     }
 

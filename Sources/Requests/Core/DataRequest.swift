@@ -42,7 +42,10 @@ extension DataRequest {
 
 /// A request whose JSON response body decodes to `Success`.
 ///
-/// An empty body fails with ``RequestQueueError/didNotReceiveData``; invalid JSON fails with the `DecodingError`.
+/// An empty body is accepted when `Success` can be empty (an `Optional`, or ``EmptyBody``) and the status is one of
+/// ``emptyResponseStatusCodes`` or the method one of ``emptyResponseMethods``: it becomes `nil` or `EmptyBody()`. Any
+/// other empty body fails with ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)``; invalid JSON fails with
+/// the `DecodingError`.
 public protocol DecodableRequest: DataRequest where Success: Decodable {
     /// Key strategy for the default ``jsonDecoder``. Default: `nil`, which keeps `JSONDecoder`'s own default.
     var keyDecodingStrategy: JSONDecoder.KeyDecodingStrategy? { get }
@@ -56,6 +59,13 @@ public protocol DecodableRequest: DataRequest where Success: Decodable {
     /// The decoder used for the response. Default: a new `JSONDecoder` configured with the four strategies above.
     /// Return your own (for example a shared, preconfigured one) to take full control; the strategies are then ignored.
     var jsonDecoder: JSONDecoder { get }
+
+    /// Statuses whose empty body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``.
+    /// Default: 204 and 205.
+    var emptyResponseStatusCodes: Set<Int> { get }
+    /// Methods whose empty response body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``.
+    /// Default: `HEAD`.
+    var emptyResponseMethods: Set<HTTPMethod> { get }
 }
 
 extension DecodableRequest {
@@ -67,6 +77,11 @@ extension DecodableRequest {
     public var dataDecodingStrategy: JSONDecoder.DataDecodingStrategy? { nil }
     /// `nil`: keep `JSONDecoder`'s default.
     public var nonConformingFloatDecodingStrategy: JSONDecoder.NonConformingFloatDecodingStrategy? { nil }
+
+    /// 204 and 205.
+    public var emptyResponseStatusCodes: Set<Int> { [204, 205] }
+    /// `HEAD`.
+    public var emptyResponseMethods: Set<HTTPMethod> { [.head] }
 
     /// A new `JSONDecoder` with each strategy that is not `nil` applied.
     public var jsonDecoder: JSONDecoder {
@@ -81,7 +96,8 @@ extension DecodableRequest {
     }
 
     /// Decodes `Success` from the body with ``jsonDecoder``.
-    /// Throws ``RequestQueueError/didNotReceiveData`` for an empty body, and the `DecodingError` for invalid JSON.
+    /// Throws ``RequestQueueError/didNotReceiveData`` for an empty body (which the operation reports as
+    /// ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)``), and the `DecodingError` for invalid JSON.
     public func processData(_ data: Data) throws -> Success {
         guard !data.isEmpty else { throw RequestQueueError.didNotReceiveData }
         return try jsonDecoder.decode(Success.self, from: data)
@@ -94,6 +110,42 @@ extension DecodableRequest {
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
         DecodableRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+    }
+}
+
+/// A `Success` type that stands for an empty response body (see ``DecodableRequest``).
+public protocol EmptyResponse {
+    /// The value of an empty body.
+    static func emptyValue() -> Self
+}
+
+/// The `Success` of a ``DecodableRequest`` whose response has no body worth decoding: an empty body (for the
+/// statuses and methods the request allows) and any JSON value both decode to it. Not called `Empty`, so that it
+/// does not clash with Combine's `Empty`.
+public struct EmptyBody: Codable, Sendable, Hashable, EmptyResponse {
+    /// The empty value.
+    public init() {}
+
+    /// Decodes from any JSON value, which it ignores.
+    public init(from decoder: Decoder) throws {}
+
+    /// Encodes as an empty JSON object.
+    public func encode(to encoder: Encoder) throws {
+        _ = encoder.container(keyedBy: NoKeys.self)
+    }
+
+    /// `EmptyBody()`.
+    public static func emptyValue() -> EmptyBody {
+        EmptyBody()
+    }
+
+    private enum NoKeys: CodingKey {}
+}
+
+extension Optional: EmptyResponse {
+    /// `nil`.
+    public static func emptyValue() -> Wrapped? {
+        nil
     }
 }
 

@@ -37,7 +37,7 @@ open class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @un
         receiveThroughCache(cached, body: body, response: response, error: error)
     }
 
-    override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<R.Success> {
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<R.Success> {
         guard case let .data(data) = body else {
             throw RequestQueueError.misuse("\(type(of: self)) received a file it cannot process")
         }
@@ -45,8 +45,25 @@ open class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @un
     }
 }
 
-/// Runs a ``DecodableRequest``: a ``DataRequestOperation`` whose success value is decoded from JSON.
-public final class DecodableRequestOperation<R: DecodableRequest>: DataRequestOperation<R>, @unchecked Sendable {}
+/// Runs a ``DecodableRequest``: a ``DataRequestOperation`` whose success value is decoded from JSON, or is empty
+/// (see ``DecodableRequest``).
+public final class DecodableRequestOperation<R: DecodableRequest>: DataRequestOperation<R>, @unchecked Sendable {
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<R.Success> {
+        guard body.count == 0 else {
+            return try super.process(body, response: response, sent: sent, of: request)
+        }
+        let method = HTTPMethod(rawValue: sent.httpMethod ?? "GET")
+        if request.emptyResponseStatusCodes.contains(response.statusCode) || request.emptyResponseMethods.contains(method),
+           let empty = (R.Success.self as? EmptyResponse.Type)?.emptyValue() as? R.Success {
+            return Processed(value: empty)
+        }
+        do {
+            return try super.process(body, response: response, sent: sent, of: request)
+        } catch RequestQueueError.didNotReceiveData {
+            throw RequestQueueError.unexpectedEmptyBody(statusCode: response.statusCode, method: method.rawValue)
+        }
+    }
+}
 
 /// Runs a ``NoContentRequest``: a ``DataRequestOperation`` that expects an empty body.
 public final class NoContentRequestOperation<R: NoContentRequest>: DataRequestOperation<R>, @unchecked Sendable {}

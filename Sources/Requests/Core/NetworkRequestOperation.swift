@@ -208,7 +208,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
 
     /// Turns a body that passed the status check and the validations into the success value. Each kind of request
     /// overrides it; this one fails with ``RequestQueueError/misuse(_:)``.
-    func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<R.Success> {
+    func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<R.Success> {
         throw RequestQueueError.misuse("\(type(of: self)) cannot process a response body")
     }
 
@@ -289,7 +289,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             for validation in validations {
                 try validation.validate(sent, response: httpResponse, body: body.inMemory)
             }
-            return try process(body, response: httpResponse, of: request)
+            return try process(body, response: httpResponse, sent: sent, of: request)
         }
         if case .failure = outcome {
             body.discard()

@@ -8,6 +8,9 @@ import Foundation
 public enum RequestQueueError: Error, CustomStringConvertible {
     /// The response had no body where one is required (for example a ``DecodableRequest`` answered with 204).
     case didNotReceiveData
+    /// A ``DecodableRequest`` got an empty body where its `Success` needs one: the status and the method say which
+    /// response it was (see ``DecodableRequest/emptyResponseStatusCodes``).
+    case unexpectedEmptyBody(statusCode: Int, method: String)
     /// The status code is not in `validHTTPStatusCodes`. Carries the response and the body, so the
     /// server's error payload can be decoded.
     case invalidStatusCode(statusCode: Int, response: HTTPURLResponse, body: Data)
@@ -32,6 +35,8 @@ public enum RequestQueueError: Error, CustomStringConvertible {
         switch self {
         case .didNotReceiveData:
             return "The response had no body."
+        case let .unexpectedEmptyBody(statusCode, method):
+            return "The response to \(method) had status \(statusCode) and no body, and the request's Success cannot be empty."
         case let .invalidStatusCode(statusCode, _, body):
             return "Invalid HTTP status code \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode))), body of \(body.count) bytes."
         case .nonEmptyData:

@@ -135,7 +135,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     }
 
     /// Reached only by a reconnection answered with a 2xx other than 200 or 204, which ends the stream.
-    override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<StreamSummary> {
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<StreamSummary> {
         throw RequestQueueError.invalidStatusCode(statusCode: response.statusCode, response: response, body: body.errorPayload)
     }
 

@@ -183,7 +183,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     // MARK: - The file
 
-    override func process(_ body: ResponseBody, response: HTTPURLResponse, of request: R) throws -> Processed<URL> {
+    override func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<URL> {
         guard case let .file(file) = body else {
             throw RequestQueueError.misuse("a download received no file")
         }

@@ -313,9 +313,9 @@ final class UploadTests: XCTestCase {
         try randomData(1_000_000).write(to: file)
         defer { try? FileManager.default.removeItem(at: file) }
         let (notFound, _) = run(Upload(url: server.url("/status/404"), uploadBody: .file(file)))
-        XCTAssertEqual((notFound?.failure as? RequestQueueError)?.statusCode, 404)
+        XCTAssertEqual((notFound?.failure as? RequestQueueError)?.statusCode, 404, "\(String(describing: notFound))")
         let (cut, _) = run(Upload(url: server.url("/fault/close-mid-body"), uploadBody: .file(file)))
-        XCTAssertEqual((cut?.failure as? URLError)?.code, .unknown)
+        XCTAssertEqual((cut?.failure as? URLError)?.code, .unknown, "\(String(describing: cut))")
     }
 
     func testAMissingFileFailsBeforeAnythingIsSent() {

@@ -77,14 +77,16 @@ public final class BatchOperation<Success, Failure: Error>:
     /// several threads, so it is written under the operation's lock (do not read the batch's state from a
     /// progress observer).
     func requestDidComplete(failed: Bool) {
-        let cancelTheRest: Bool = withLock {
+        let (cancelTheRest, snapshot): (Bool, ProgressSnapshot) = withLock {
             completedCount += 1
             progress.completedUnitCount = completedCount
+            let snapshot = ProgressSnapshot(completedUnitCount: completedCount, totalUnitCount: progress.totalUnitCount)
             // Once only: the cancellations it causes complete as failures too.
-            guard failed, failFast, !hasFailedFast else { return false }
+            guard failed, failFast, !hasFailedFast else { return (false, snapshot) }
             hasFailedFast = true
-            return true
+            return (true, snapshot)
         }
+        publishProgress(snapshot)
         if cancelTheRest {
             cancelOperations()
         }

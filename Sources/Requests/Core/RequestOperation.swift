@@ -28,6 +28,8 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     private var liveChainedDependents = 0
     /// Created on first use, so that a queued operation nobody watches stays small.
     private var storedProgress: Progress?
+    /// The readers of ``progressUpdates``, if any.
+    var progressWatchers: ProgressWatchers?
 
     /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
     public init(
@@ -77,6 +79,17 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         if progress.completedUnitCount != shown {
             progress.completedUnitCount = shown
         }
+        publishProgress(ProgressSnapshot(completedUnitCount: shown, totalUnitCount: newTotal))
+    }
+
+    /// Hands `snapshot` to the readers of ``progressUpdates``.
+    final func publishProgress(_ snapshot: ProgressSnapshot) {
+        withLock { progressWatchers?.yield(snapshot) }
+    }
+
+    /// Whether the completion handler has been taken to run (then ``progressUpdates`` ends), for a caller that holds the lock.
+    final var hasDeliveredUnderLock: Bool {
+        mapError == nil
     }
 
     /// The result, once the operation has one. Set before the completion handler runs and kept after finish.
@@ -227,6 +240,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         if case let .failure(failure) = outcome { error = failure } else { error = nil }
         if error == nil, let progress = withLock({ storedProgress }) {
             progress.completedUnitCount = max(progress.totalUnitCount, progress.completedUnitCount)
+            publishProgress(ProgressSnapshot(completedUnitCount: progress.completedUnitCount, totalUnitCount: progress.totalUnitCount))
         }
         let completionQueue = completionQueue
         let runCompletion: @Sendable () -> Void = {
@@ -257,5 +271,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
         releaseResources()
         finish()
+        withLock {
+            defer { progressWatchers = nil }
+            return progressWatchers
+        }?.finish()
     }
 }

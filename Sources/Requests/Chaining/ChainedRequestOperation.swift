@@ -67,6 +67,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         self.previous = previous
         self.makeRequest = makeRequest
         super.init(completionQueue: completionQueue, mapError: { $0 }, completion: completion)
+        resultObservers = QueueResultObservers.observers(of: queue)
         addDependency(previous)
         previous.addChainedDependent()
     }

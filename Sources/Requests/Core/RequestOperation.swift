@@ -30,6 +30,8 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     private var storedProgress: Progress?
     /// The readers of ``progressUpdates``, if any.
     var progressWatchers: ProgressWatchers?
+    /// The result observers of the queue that runs the operation (see `observeResults`), set when it is added.
+    var resultObservers: QueueResultObservers?
 
     /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
     public init(
@@ -268,6 +270,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
         if let completion, let result {
             completion(result)
+        }
+        if let result, let observers = withLock({ resultObservers }) {
+            observers.deliver(result)
         }
         releaseResources()
         finish()

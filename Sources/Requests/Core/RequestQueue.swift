@@ -97,7 +97,11 @@ extension OperationQueue: RequestQueue {
         // The key is set before the operation becomes reachable through the registry, so that whoever
         // completes it (for example cancelRequests(identifier:)) also removes it.
         let key = RequestRegistry.Key(queue: self, identifier: request.identifier)
-        operation.withLock { operation.registryKey = key }
+        let observers = QueueResultObservers.observers(of: self)
+        operation.withLock {
+            operation.registryKey = key
+            operation.resultObservers = observers
+        }
         RequestRegistry.shared.add(operation, requestType: T.self, for: key)
     }
 

@@ -113,7 +113,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         if !built, let error {
             let summary = RequestSummary(
                 identifier: String(describing: T.self), urlRequest: nil, response: nil,
-                bodyBytes: 0, attempts: 0, duration: 0, error: error
+                bodyBytes: 0, attempts: 0, duration: 0, error: error, metrics: nil
             )
             monitors.forEach { $0.requestDidFinish(summary) }
         }

@@ -30,6 +30,8 @@ final class Run {
     /// The current attempt's response and the size of its body.
     var response: HTTPURLResponse?
     var bodyBytes = 0
+    /// The current attempt's transfer, once it has ended.
+    var metrics: TransferMetrics?
     var startTime: DispatchTime?
     /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
     var pendingEvents: [MonitorEvent] = []
@@ -62,6 +64,7 @@ func secondsSince(_ start: DispatchTime) -> TimeInterval {
 /// An event for the monitors, queued so that each operation's events arrive in order.
 enum MonitorEvent {
     case willSend(RequestAttempt)
+    case didCreateTask(RequestAttempt, URLSessionTask)
     case didReceive(RequestAttempt, HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
     case didFail(RequestAttempt, Error, duration: TimeInterval)
     case didRetry(RequestAttempt, delay: TimeInterval)
@@ -79,6 +82,8 @@ enum MonitorEvent {
         switch self {
         case let .willSend(attempt):
             monitor.requestWillSend(attempt)
+        case let .didCreateTask(attempt, task):
+            monitor.requestDidCreateTask(attempt, task: task)
         case let .didReceive(attempt, response, bodyBytes, duration):
             monitor.requestDidReceive(attempt, response: response, bodyBytes: bodyBytes, duration: duration)
         case let .didFail(attempt, error, duration):
@@ -150,6 +155,8 @@ enum ResponseBody: Sendable {
 /// operation's generic metatype.
 protocol AttemptReceiver: AnyObject, Sendable {
     func receive(body: ResponseBody, response: URLResponse?, error: Error?)
+    /// What the transport measured of the attempt whose outcome comes next, with ``receive(body:response:error:)``.
+    func measured(_ metrics: TransferMetrics)
     func transferred(completed: Int64, expected: Int64)
     func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int)
     func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int)

@@ -147,7 +147,8 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
                 bodyBytes: run.bodyBytes,
                 attempts: run.attemptsSent,
                 duration: run.startTime.map(secondsSince) ?? 0,
-                error: error
+                error: error,
+                metrics: run.metrics
             )
         }
         emit(.didFinish(summary, then: runCompletion))
@@ -160,6 +161,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             run.sentRequest = urlRequest
             run.credential = credential
             run.attemptsSent += 1
+            run.metrics = nil
             return (currentAttempt(sending: urlRequest), run.taskObserver, TransferRules(policies))
         }) else { return }
         emit(.willSend(attempt))
@@ -174,6 +176,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             return
         }
         taskObserver?(task)
+        emit(.didCreateTask(attempt, task))
         // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
         // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
         // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
@@ -210,6 +213,13 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
     /// overrides it; this one fails with ``RequestQueueError/misuse(_:)``.
     func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<R.Success> {
         throw RequestQueueError.misuse("\(type(of: self)) cannot process a response body")
+    }
+
+    func measured(_ metrics: TransferMetrics) {
+        withLock {
+            guard !isCompletedUnderLock else { return }
+            run.metrics = metrics
+        }
     }
 
     /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).

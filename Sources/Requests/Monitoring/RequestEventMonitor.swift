@@ -11,12 +11,15 @@ import Foundation
 /// keep them quick. Durations are measured by Requests with a monotonic clock, because Linux delivers no
 /// task metrics.
 ///
-/// For one request the order is: for each attempt, ``requestWillSend(_:)``, then ``requestDidReceive(_:response:bodyBytes:duration:)``
+/// For one request the order is: for each attempt, ``requestWillSend(_:)``, ``requestDidCreateTask(_:task:)``, then ``requestDidReceive(_:response:bodyBytes:duration:)``
 /// if a response arrived, then ``requestDidFail(_:error:duration:)`` if the attempt failed, then
 /// ``requestDidRetry(_:delay:)`` if another attempt follows; and last, once, ``requestDidFinish(_:)``.
 public protocol RequestEventMonitor: Sendable {
     /// An attempt is about to be sent: adapters, the authenticator and preconditions have run.
     func requestWillSend(_ attempt: RequestAttempt)
+    /// The attempt's `URLSessionTask` exists and is about to be resumed, for instrumentation of your own (its
+    /// `taskIdentifier`, a task-local span). Do not resume, suspend or cancel it: cancel the operation instead.
+    func requestDidCreateTask(_ attempt: RequestAttempt, task: URLSessionTask)
     /// An attempt received an HTTP response with a body of `bodyBytes`, `duration` seconds after it was sent.
     func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
     /// An attempt failed: a transport error, a status or validation error, or a body that could not be processed.
@@ -37,6 +40,8 @@ public protocol RequestEventMonitor: Sendable {
 extension RequestEventMonitor {
     /// Does nothing.
     public func requestWillSend(_ attempt: RequestAttempt) {}
+    /// Does nothing.
+    public func requestDidCreateTask(_ attempt: RequestAttempt, task: URLSessionTask) {}
     /// Does nothing.
     public func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval) {}
     /// Does nothing.
@@ -79,4 +84,37 @@ public struct RequestSummary: Sendable {
     /// The failure as Requests met it, before the request's `mapError` (a cancellation is
     /// ``RequestQueueError/cancelled``); `nil` on success.
     public let error: Error?
+    /// What the transport measured of the last attempt; `nil` if it did not reach its end (nothing was sent, a
+    /// cache hit answered it, or a cancellation or the deadline overtook it).
+    public let metrics: TransferMetrics?
+}
+
+/// What Requests measured of one attempt's transfer, on every platform: Foundation on Linux gathers no
+/// `URLSessionTaskMetrics`, so these come from the task's own callbacks.
+public struct TransferMetrics: Sendable, Hashable {
+    /// Seconds from the task's start to the headers of the response it ended with (after any redirects); `nil` if
+    /// none arrived.
+    public var timeToFirstByte: TimeInterval?
+    /// Request body bytes the session reported sent (headers are not counted).
+    public var bytesSent: Int64 = 0
+    /// Response body bytes as the session handed them over: after content decoding, so a gzip body counts at its
+    /// decoded size, and bytes after a limit stopped the attempt are not counted.
+    public var bytesReceived: Int64 = 0
+    /// Redirects the attempt followed.
+    public var redirectCount = 0
+    /// Whether the connection had served an earlier request: known on Apple platforms (from the task's metrics);
+    /// `nil` on Linux, where nothing reports it.
+    public var isReusedConnection: Bool?
+
+    /// Metrics with the given values.
+    public init(
+        timeToFirstByte: TimeInterval? = nil, bytesSent: Int64 = 0, bytesReceived: Int64 = 0, redirectCount: Int = 0,
+        isReusedConnection: Bool? = nil
+    ) {
+        self.timeToFirstByte = timeToFirstByte
+        self.bytesSent = bytesSent
+        self.bytesReceived = bytesReceived
+        self.redirectCount = redirectCount
+        self.isReusedConnection = isReusedConnection
+    }
 }

@@ -31,6 +31,9 @@ class AttemptTransfer: @unchecked Sendable {
     /// Whether the outcome has been handed on (or a rule ended the attempt).
     fileprivate var isOver = false
     private var redirects = 0
+    /// What is measured of the transfer (see ``TransferMetrics``), and when the task started.
+    private var metrics = TransferMetrics()
+    private var startTime: DispatchTime?
     /// When the task was last cancelled, after a rule ended the attempt.
     private var lastCancel: DispatchTime?
     /// Why the attempt fails once its task completes (a redirect refused with an error).
@@ -54,7 +57,19 @@ class AttemptTransfer: @unchecked Sendable {
     final func attach(_ task: URLSessionTask) {
         lock.lock()
         self.task = task
+        startTime = .now()
         lock.unlock()
+    }
+
+    /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
+    /// whether the connection was reused. Called before the subclass's callback.
+    final func measure(sentTotal: Int64? = nil, received: Int? = nil, responseArrived: Bool = false, reusedConnection: Bool? = nil) {
+        lock.lock()
+        defer { lock.unlock() }
+        if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
+        if let received { metrics.bytesReceived += Int64(received) }
+        if responseArrived, metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
+        if let reusedConnection { metrics.isReusedConnection = reusedConnection }
     }
 
     // MARK: - Callbacks, on the session's delegate queue
@@ -105,7 +120,12 @@ class AttemptTransfer: @unchecked Sendable {
             lock.unlock()
             return nil
         case let .success(request):
-            if let request { receiver?.redirected(response, to: request) }
+            if let request {
+                lock.lock()
+                metrics.redirectCount += 1
+                lock.unlock()
+                receiver?.redirected(response, to: request)
+            }
             return request
         }
     }
@@ -255,11 +275,15 @@ class AttemptTransfer: @unchecked Sendable {
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
         let receiver = self.receiver
+        lock.lock()
+        let metrics = self.metrics
+        lock.unlock()
         DispatchQueue.global().async {
             guard let receiver else {
                 body.discard()
                 return
             }
+            receiver.measured(metrics)
             receiver.receive(body: body, response: response, error: error)
         }
     }

@@ -98,7 +98,9 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
-        handler(for: task)?.didSend(total: totalBytesSent, expected: totalBytesExpectedToSend)
+        let handler = handler(for: task)
+        handler?.measure(sentTotal: totalBytesSent)
+        handler?.didSend(total: totalBytesSent, expected: totalBytesExpectedToSend)
     }
 
     func urlSession(
@@ -107,7 +109,9 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        let accepted = handler(for: dataTask)?.shouldAccept(response) ?? true
+        let handler = handler(for: dataTask)
+        handler?.measure(responseArrived: true)
+        let accepted = handler?.shouldAccept(response) ?? true
         #if canImport(FoundationNetworking)
         // corelibs ignores `.cancel` (a 3 GiB body then arrived whole), and in probes a task answered with it often
         // ignored the cancel that followed as well; one answered `.allow` stopped within 44 ms of it. A refused
@@ -120,7 +124,9 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        handler(for: dataTask)?.didReceive(data)
+        let handler = handler(for: dataTask)
+        handler?.measure(received: data.count)
+        handler?.didReceive(data)
     }
 
     #if !canImport(FoundationNetworking)
@@ -194,6 +200,17 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         }
         base.delegateQueue.addOperation {
             taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+        }
+    }
+    #endif
+
+    #if !canImport(FoundationNetworking)
+    /// Apple platforms deliver the task's metrics before its completion; Linux gathers none. The caller's session
+    /// delegate still gets them, as it would without Requests.
+    func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {
+        handler(for: task)?.measure(reusedConnection: metrics.transactionMetrics.last?.isReusedConnection)
+        if base == nil, let callerDelegate = session.delegate as? URLSessionTaskDelegate {
+            callerDelegate.urlSession?(session, task: task, didFinishCollecting: metrics)
         }
     }
     #endif

@@ -63,8 +63,10 @@ final class NginxServer {
                     .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: executable)
-                process.arguments = ["-p", directory.path + "/", "-c", directory.path + "/nginx.conf",
-                                     "-e", directory.path + "/error.log"]
+                process.arguments = [
+                    "-p", directory.path + "/", "-c", directory.path + "/nginx.conf",
+                    "-e", directory.path + "/error.log",
+                ]
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
                 try process.run()

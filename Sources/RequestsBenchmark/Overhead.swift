@@ -34,16 +34,18 @@ func overheadSection(count: Int, rounds: Int) -> Section {
             InstantOperation(completionQueue: nil, mapError: { $0 }, completion: { _ in })
         }
         let block = cpuPerOperation(count: count, concurrency: concurrency, rounds: rounds) { BlockOperation {} }
-        section.rows.append(Row(
-            measure: "Concurrency \(concurrency)",
-            library: "\(fixed(request, 1)) µs (RequestOperation)",
-            baseline: "\(fixed(block, 1)) µs (BlockOperation)",
-            comparison: "\(signed(request - block, 1)) µs",
-            goal: "",
-            verdict: request.isFinite && block.isFinite ? .info : .failed))
+        section.rows.append(
+            Row(
+                measure: "Concurrency \(concurrency)",
+                library: "\(fixed(request, 1)) µs (RequestOperation)",
+                baseline: "\(fixed(block, 1)) µs (BlockOperation)",
+                comparison: "\(signed(request - block, 1)) µs",
+                goal: "",
+                verdict: request.isFinite && block.isFinite ? .info : .failed))
     }
-    section.notes.append("A RequestOperation subclass that completes in execute(): start, the typed result, the exactly-once "
-        + "completion and finish, with no URLSession. Section 2's extra cost at concurrency 1 is mostly not this, but the "
-        + "queue waking a worker thread to start each request after the previous one's network wait.")
+    section.notes.append(
+        "A RequestOperation subclass that completes in execute(): start, the typed result, the exactly-once "
+            + "completion and finish, with no URLSession. Section 2's extra cost at concurrency 1 is mostly not this, but the "
+            + "queue waking a worker thread to start each request after the previous one's network wait.")
     return section
 }

@@ -62,8 +62,8 @@ enum ResourceUsage {
         return Int(usage.ru_maxrss)
         #else
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-              let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
         else { return nil }
         return kilobytes * 1024
         #endif
@@ -143,7 +143,8 @@ enum ResourceUsage {
     /// The first line of `swift --version`, or what the compiler says about itself at build time.
     static func swiftVersion() -> String {
         if let output = run("/usr/bin/env", ["swift", "--version"]),
-           let line = output.split(separator: "\n").first(where: { $0.contains("Swift version") }) {
+            let line = output.split(separator: "\n").first(where: { $0.contains("Swift version") })
+        {
             return String(line)
         }
         #if compiler(>=6.3)

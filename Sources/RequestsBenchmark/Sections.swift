@@ -1,3 +1,6 @@
+// swift-format-ignore-file
+// Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
+
 import Foundation
 
 /// The goals the figures are held to.

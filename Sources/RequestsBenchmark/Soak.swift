@@ -245,7 +245,7 @@ func runSoak(total: Int, server: SoakServer) -> Never {
             log("  \(windowStart + window) requests, resident " + (reading.map { "\($0 / 1_048_576) MiB" } ?? "not measured"))
         }
     }
-    Thread.sleep(forTimeInterval: 0.5) // cancellations scheduled past the last window
+    Thread.sleep(forTimeInterval: 0.5)  // cancellations scheduled past the last window
     ResourceUsage.trimHeap()
     let residentAtEnd = readResident() ?? 0
     let seconds = ResourceUsage.now() - start
@@ -260,22 +260,25 @@ func runSoak(total: Int, server: SoakServer) -> Never {
     let passed = summary.twice == 0 && summary.never == 0 && otherFailures == 0 && server.isRunning && flat
     let bytesPerRequest = (Double(residentAtEnd) - base) / Double(max(1, total - warmUp))
     #if canImport(FoundationNetworking)
-    let leakNote = foundationLeakFixLoaded
+    let leakNote =
+        foundationLeakFixLoaded
         ? "Foundation's per-request leak: patched out (scripts/curlu-leak-fix.c loaded)"
         : "Foundation's per-request leak: present (≈ 200 B a request, see docs/reliability.md); scripts/soak-without-foundation-leak.sh measures without it"
     #else
     let leakNote = "Foundation's per-request leak (swift-corelibs-foundation's libcurl URLs): not applicable, this is Apple's URLSession"
     #endif
-    let residentLine = residentMeasured
+    let residentLine =
+        residentMeasured
         ? "resident: \(fixed(base / 1_048_576, 1)) MiB after warm-up (\(grouped(Double(warmUp))) requests), \(fixed(Double(residentAtEnd) / 1_048_576, 1)) MiB at the end (\(signed(growth, 1)) %, \(grouped(bytesPerRequest)) B a request), peak between windows \(fixed(Double(residentPeak) / 1_048_576, 1)) MiB"
         : "resident: NOT MEASURED (the resident size could not be read on this platform), so the memory check fails"
-    print("""
-    soak: \(grouped(Double(total))) requests at concurrency 16 in \(fixed(seconds, 1)) s (\(grouped(Double(total) / seconds)) req/s), \(server.description)
-      server faults: \(grouped(Double(faultCount))); cancelled: \(grouped(Double(summary.cancelled))); failed in all: \(grouped(Double(summary.failed))); other failures: \(grouped(Double(otherFailures)))\(server.isRunning ? "" : " (the server process died)")
-      completions: called twice \(summary.twice), never called \(summary.never)
-      \(residentLine)
-      \(leakNote)
-      \(passed ? "PASS: every completion once, no failure but the faults and cancellations, memory flat (≤ 10 % growth)" : residentMeasured ? "FAIL" : "FAIL: memory not measured")
-    """)
+    print(
+        """
+        soak: \(grouped(Double(total))) requests at concurrency 16 in \(fixed(seconds, 1)) s (\(grouped(Double(total) / seconds)) req/s), \(server.description)
+          server faults: \(grouped(Double(faultCount))); cancelled: \(grouped(Double(summary.cancelled))); failed in all: \(grouped(Double(summary.failed))); other failures: \(grouped(Double(otherFailures)))\(server.isRunning ? "" : " (the server process died)")
+          completions: called twice \(summary.twice), never called \(summary.never)
+          \(residentLine)
+          \(leakNote)
+          \(passed ? "PASS: every completion once, no failure but the faults and cancellations, memory flat (≤ 10 % growth)" : residentMeasured ? "FAIL" : "FAIL: memory not measured")
+        """)
     exit(passed ? 0 : 1)
 }

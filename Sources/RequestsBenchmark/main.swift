@@ -1,3 +1,6 @@
+// swift-format-ignore-file
+// Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
+
 // requests-bench: the library against raw URLSession, side by side, in one run.
 //
 //   swift run -c release requests-bench                       # nginx if installed, else the embedded server

@@ -34,12 +34,15 @@ enum DemoServer {
             response.delayMilliseconds = Int.random(in: 20...120)
             return response
         }
-        server.script("/demo/busy", [
-            LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data(#"{"error":"busy","code":"E503"}"#.utf8)),
-            .json(#"{"id":"busy","name":"Recipe served on the second try"}"#),
-        ])
-        server.protect("/demo/vault", refreshPath: "/demo/refresh", response: .json(#"{"id":"vault","name":"Secret recipe"}"#),
-                       refreshDelayMilliseconds: 100)
+        server.script(
+            "/demo/busy",
+            [
+                LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data(#"{"error":"busy","code":"E503"}"#.utf8)),
+                .json(#"{"id":"busy","name":"Recipe served on the second try"}"#),
+            ])
+        server.protect(
+            "/demo/vault", refreshPath: "/demo/refresh", response: .json(#"{"id":"vault","name":"Secret recipe"}"#),
+            refreshDelayMilliseconds: 100)
         server.route("/demo/missing") { _ in
             .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
         }

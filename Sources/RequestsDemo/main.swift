@@ -9,11 +9,11 @@ import RequestsTestServer
 // or against a server given with --url (which must serve the /demo/* routes; see --serve).
 
 let usage = """
-usage: requests-demo [--url BASE_URL] [--serve]
-  (no options)    start a loopback server in this process and run the demo against it
-  --url BASE_URL  run the demo against a server that serves the demo routes
-  --serve         only start a loopback server with the demo routes, print its URL, and keep serving
-"""
+    usage: requests-demo [--url BASE_URL] [--serve]
+      (no options)    start a loopback server in this process and run the demo against it
+      --url BASE_URL  run the demo against a server that serves the demo routes
+      --serve         only start a loopback server with the demo routes, print its URL, and keep serving
+    """
 
 /// Writes straight to standard output, unbuffered, so the progress bar redraws live even through a pipe.
 func say(_ text: String, terminator: String = "\n") {
@@ -97,7 +97,7 @@ do {
     let token = queue.addRequest(LoginRequest(user: "ada"), session: session)
     let profile = queue.addRequest(after: token, session: session) { ProfileRequest(token: $0.token) }
     var uiText: String?
-    profile.whenFinished { result in   // runs on OperationQueue.main
+    profile.whenFinished { result in  // runs on OperationQueue.main
         switch result {
         case let .success(profile): uiText = "Hello, \(profile.name)! You have \(profile.recipes) recipes."
         case let .failure(error): uiText = "Could not load the profile: \(describe(error))"
@@ -225,10 +225,11 @@ do {
     let tokens = TokenAuthenticator(token: "expired") { _, completion in
         refreshes.increment()
         session.dataTask(with: DemoServer.url("/demo/refresh")) { data, _, error in
-            completion(Result {
-                if let error { throw error }
-                return try JSONDecoder().decode(Token.self, from: data ?? Data()).token
-            })
+            completion(
+                Result {
+                    if let error { throw error }
+                    return try JSONDecoder().decode(Token.self, from: data ?? Data()).token
+                })
         }.resume()
     }
     let lines = LogLines()
@@ -273,9 +274,11 @@ do {
 section("10. Server-sent events: a live ticker that reconnects")
 do {
     let tickerQueue = OperationQueue()
-    tickerQueue.requestPolicies = RequestPolicies(monitors: [ReconnectionPrinter { line in
-        DispatchQueue.main.async { say("\r  ↻ " + line + String(repeating: " ", count: 12)) }
-    }])
+    tickerQueue.requestPolicies = RequestPolicies(monitors: [
+        ReconnectionPrinter { line in
+            DispatchQueue.main.async { say("\r  ↻ " + line + String(repeating: " ", count: 12)) }
+        }
+    ])
     var ids: [String] = []
     var outcome: Result<StreamSummary, Error>?
     tickerQueue.addRequest(TickerRequest(), session: session, completionQueue: .main) { event in
@@ -283,13 +286,16 @@ do {
         if let tick = try? JSONDecoder().decode(Tick.self, from: Data(event.data.utf8)) {
             say("\r  \(tick.symbol) \(tick.price)  (event \(event.id ?? "?"))      ", terminator: "")
         }
-    } completion: { outcome = $0 }
+    } completion: {
+        outcome = $0
+    }
     runUntil { outcome != nil }
     say("")
     let summary = try? outcome?.get()
     say("  events \(ids.joined(separator: " ")) over \(summary?.connections ?? 0) connections")
-    check(ids == (1...10).map(String.init) && summary?.connections == 2,
-          "every event once, in order, across a dropped connection resumed from its Last-Event-ID")
+    check(
+        ids == (1...10).map(String.init) && summary?.connections == 2,
+        "every event once, in order, across a dropped connection resumed from its Last-Event-ID")
 }
 
 say("")

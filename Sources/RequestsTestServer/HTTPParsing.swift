@@ -286,9 +286,10 @@ final class RequestReader {
             case .success(let text): line = text
             case .failure(let failure): return .failure(failure)
             }
-            let sizeText = line.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map {
-                $0.trimmingCharacters(in: .whitespaces)
-            } ?? ""
+            let sizeText =
+                line.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first.map {
+                    $0.trimmingCharacters(in: .whitespaces)
+                } ?? ""
             guard !sizeText.isEmpty, sizeText.count <= 15, let size = Int(sizeText, radix: 16), size >= 0 else {
                 return .failure(.reject(400))
             }
@@ -333,8 +334,9 @@ struct Head {
         guard let requestLine = lines.first else { return nil }
         let parts = requestLine.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
-              parts[0].allSatisfy({ $0.isASCII && ($0.isLetter || $0 == "-" || $0 == "_") }),
-              parts[2] == "HTTP/1.1" || parts[2] == "HTTP/1.0" else { return nil }
+            parts[0].allSatisfy({ $0.isASCII && ($0.isLetter || $0 == "-" || $0 == "_") }),
+            parts[2] == "HTTP/1.1" || parts[2] == "HTTP/1.0"
+        else { return nil }
         method = String(parts[0])
         version = String(parts[2])
 

@@ -164,7 +164,8 @@ public struct LoopbackResource: Sendable {
 
         // Range is defined for GET only; HEAD answers with the headers GET would get (RFC 9110 §9.3.2).
         if method == "GET" || method == "HEAD", rangeHandling != .ignore,
-           let range = requestHeaders["range"].flatMap(Self.parseRange), ifRangeMatches(requestHeaders["if-range"]) {
+            let range = requestHeaders["range"].flatMap(Self.parseRange), ifRangeMatches(requestHeaders["if-range"])
+        {
             if range.first >= length || rangeHandling == .notSatisfiable {
                 plan.status = 416
                 plan.headers["Content-Range"] = "bytes */\(length)"

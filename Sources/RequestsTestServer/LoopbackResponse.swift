@@ -261,9 +261,10 @@ enum BuiltinRoutes {
         }
         if let n = number(after: "/hostile/gzip-bomb/", in: path) {
             guard n > 0 else { return .response(badRequest) }
-            return .response(LoopbackResponse(
-                headers: ["Content-Encoding": "gzip", "Content-Type": "application/json"], body: GzipZeros.compressed(count: n)
-            ))
+            return .response(
+                LoopbackResponse(
+                    headers: ["Content-Encoding": "gzip", "Content-Type": "application/json"], body: GzipZeros.compressed(count: n)
+                ))
         }
         if path == "/hostile/redirect" {
             let status = request.query["status"].flatMap { Int($0) } ?? 302

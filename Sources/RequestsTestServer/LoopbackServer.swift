@@ -310,7 +310,8 @@ final class ServerCore: @unchecked Sendable {
             totalRequests += 1
             return (routes[request.path], streamRoutes[request.path], resourceRoutes[request.path])
         }
-        let reply = handler.map { Reply.response($0(request)) }
+        let reply =
+            handler.map { Reply.response($0(request)) }
             ?? streamHandler.map { Reply.stream($0(request)) }
             ?? resourceHandler.map { Reply.resource($0(request)) }
             ?? BuiltinRoutes.reply(for: request)

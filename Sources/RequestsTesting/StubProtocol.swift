@@ -45,7 +45,8 @@ final class StubProtocol<Tag>: URLProtocol {
             return
         }
 
-        let response = StubsRegistry.shared.stubs(for: ObjectIdentifier(Tag.self))?.response(for: request)
+        let response =
+            StubsRegistry.shared.stubs(for: ObjectIdentifier(Tag.self))?.response(for: request)
             ?? .failure(StubError(message: "The Stubs of this session were released before \(request.httpMethod ?? "GET") \(request.url?.absoluteString ?? "")."))
         guard response.delay > 0 else {
             deliver(response)
@@ -109,7 +110,7 @@ final class StubProtocol<Tag>: URLProtocol {
             return
         }
         guard let url = request.url,
-              let httpResponse = HTTPURLResponse(url: url, statusCode: response.status, httpVersion: "HTTP/1.1", headerFields: response.headers)
+            let httpResponse = HTTPURLResponse(url: url, statusCode: response.status, httpVersion: "HTTP/1.1", headerFields: response.headers)
         else {
             client.urlProtocol(self, didFailWithError: StubError(message: "Could not build a \(response.status) response."))
             return
@@ -126,8 +127,9 @@ final class StubProtocol<Tag>: URLProtocol {
     private static func problem(with response: StubResponse) -> StubError? {
         #if canImport(FoundationNetworking)
         if response.status == 401, response.headers.keys.contains(where: { $0.lowercased() == "www-authenticate" }) {
-            return StubError(message: "A stubbed 401 with WWW-Authenticate hangs URLSession on Linux (it starts "
-                + "its authentication flow); stub the 401 without that header.")
+            return StubError(
+                message: "A stubbed 401 with WWW-Authenticate hangs URLSession on Linux (it starts "
+                    + "its authentication flow); stub the 401 without that header.")
         }
         #endif
         return nil

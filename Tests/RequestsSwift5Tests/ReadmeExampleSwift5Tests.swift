@@ -1,3 +1,6 @@
+// swift-format-ignore-file
+// Kept out of swift-format: part of this file must stay verbatim (README / docs/testing.md example).
+
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -1,3 +1,6 @@
+// swift-format-ignore-file
+// Kept out of swift-format: part of this file must stay verbatim (README / docs/testing.md example).
+
 // The example of docs/testing.md, compiled verbatim: the block between the markers below is a
 // ```swift block of that file, character for character (checked by testDocsShowTheseExamplesVerbatim).
 

@@ -44,10 +44,11 @@ final class LifetimeTests: XCTestCase {
             let captured = Captured()
             weakRequest = request
             weakCaptured = captured
-            let operation = queue.addRequest(request, session: testSession) { _ in
-                withExtendedLifetime(captured) {}
-                done.fulfill()
-            } as? DataRequestOperation<ClassRequest>
+            let operation =
+                queue.addRequest(request, session: testSession) { _ in
+                    withExtendedLifetime(captured) {}
+                    done.fulfill()
+                } as? DataRequestOperation<ClassRequest>
             operation?.observeTasks { tasks.append(Weak($0)) }
             weakOperation = operation
         }

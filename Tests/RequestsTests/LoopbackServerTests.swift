@@ -266,9 +266,10 @@ final class LoopbackServerTests: XCTestCase {
         // Given a request the server never answers, and that has reached the server
         let failed = expectation(description: "the outstanding request ends")
         let box = start(URLRequest(url: server.url("/fault/never-respond")), fulfilling: failed)
-        let reached = expectation(for: NSPredicate { [server] _, _ in
-            server?.requestCount(path: "/fault/never-respond") == 1
-        }, evaluatedWith: NSNull())
+        let reached = expectation(
+            for: NSPredicate { [server] _, _ in
+                server?.requestCount(path: "/fault/never-respond") == 1
+            }, evaluatedWith: NSNull())
         wait(for: [reached], timeout: 10)
 
         // When the server is stopped (on another thread, so a hang cannot block the test forever)
@@ -340,10 +341,12 @@ final class LoopbackServerTests: XCTestCase {
         // Given a script: 503 with Retry-After, then 200
         let server = try! LoopbackServer()
         defer { server.stop() }
-        server.script("/flaky", [
-            LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data("busy".utf8)),
-            .text("ok"),
-        ])
+        server.script(
+            "/flaky",
+            [
+                LoopbackResponse(status: 503, headers: ["Retry-After": "1"], body: Data("busy".utf8)),
+                .text("ok"),
+            ])
         let session = URLSession(configuration: .ephemeral)
         defer { session.finishTasksAndInvalidate() }
         // When it is requested three times

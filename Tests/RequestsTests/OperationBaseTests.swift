@@ -11,7 +11,7 @@ final class OperationBaseTests: XCTestCase {
             executions.append(true)
             DispatchQueue.global().asyncAfter(deadline: .now() + 0.01) {
                 self.finish()
-                self.finish() // idempotent
+                self.finish()  // idempotent
             }
         }
     }

@@ -70,7 +70,7 @@ final class OrderingTests: XCTestCase {
 
     func testCompletionRunsOnTheUnderlyingQueueWhenNoneIsGiven() {
         let key = DispatchSpecificKey<String>()
-        let underlying = DispatchQueue(label: "underlying") // kept alive here: OperationQueue holds it unowned
+        let underlying = DispatchQueue(label: "underlying")  // kept alive here: OperationQueue holds it unowned
         underlying.setSpecific(key: key, value: "underlying")
         let queue = OperationQueue()
         queue.underlyingQueue = underlying

@@ -122,8 +122,8 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     /// The full URL: the base URL, the path joined with one `/`, and the base URL's query followed by ``query``.
     public func url() throws -> URL {
         guard var components = URLComponents(string: baseURL),
-              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let host = components.host, !host.isEmpty
+            let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let host = components.host, !host.isEmpty
         else { throw RequestBuildingError.invalidBaseURL(baseURL) }
         if !path.isEmpty {
             let joined = Self.join(components.percentEncodedPath, try Self.encodedPath(path))
@@ -177,7 +177,7 @@ public struct Endpoint: Sendable, CustomStringConvertible {
     private static func encodedPath(_ path: String) throws -> String {
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
         guard !path.unicodeScalars.contains(where: { $0 == "?" || $0 == "#" || $0.properties.generalCategory == .control }),
-              !segments.contains(where: leavesBasePath)
+            !segments.contains(where: leavesBasePath)
         else { throw RequestBuildingError.invalidPath(path) }
         var encoded = ""
         var scalars = Substring(path).unicodeScalars[...]
@@ -205,14 +205,15 @@ private func leavesBasePath(_ segment: Substring) -> Bool {
     for _ in 0..<4 {
         let name = bytes.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
         if bytes.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") || $0 == 0 })
-            || [[UInt8(ascii: ".")], [UInt8(ascii: "."), UInt8(ascii: ".")]].contains(Array(name)) {
+            || [[UInt8(ascii: ".")], [UInt8(ascii: "."), UInt8(ascii: ".")]].contains(Array(name))
+        {
             return true
         }
         let decoded = percentDecoded(bytes)
         guard decoded != bytes else { return false }
         bytes = decoded
     }
-    return true // still encoded after four rounds: no legitimate segment is
+    return true  // still encoded after four rounds: no legitimate segment is
 }
 
 /// `bytes` with each `%` and two hex digits replaced by the byte they stand for; any other `%` is kept.
@@ -230,7 +231,8 @@ private func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
     var index = 0
     while index < bytes.count {
         if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
-           let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2]) {
+            let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2])
+        {
             result.append(high << 4 | low)
             index += 3
         } else {

@@ -257,8 +257,8 @@ public struct MultipartFormData: Sendable {
     }
 }
 
-private extension Data {
-    func contains(_ pattern: Data) -> Bool {
+extension Data {
+    fileprivate func contains(_ pattern: Data) -> Bool {
         !pattern.isEmpty && count >= pattern.count && range(of: pattern) != nil
     }
 }
@@ -434,7 +434,8 @@ extension MultipartFormData {
     /// send again; `nil` for any other stream. The file is removed once neither stream is left.
     static func reopenedStream(_ stream: InputStream) -> InputStream? {
         guard let remover = objc_getAssociatedObject(stream, fileRemoverKey) as? FileRemover,
-              let reopened = InputStream(url: URL(fileURLWithPath: remover.path)) else { return nil }
+            let reopened = InputStream(url: URL(fileURLWithPath: remover.path))
+        else { return nil }
         objc_setAssociatedObject(reopened, fileRemoverKey, remover, .OBJC_ASSOCIATION_RETAIN)
         return reopened
     }

@@ -89,8 +89,12 @@ public struct URLQueryEncoder: Sendable {
         let root = Node()
         try box(value, into: root, at: [])
         guard root.shape == .object else {
-            throw EncodingError.invalidValue(value, EncodingError.Context(codingPath: [], debugDescription:
-                "URLQueryEncoder needs a keyed top-level value (a struct, class or dictionary), not \(T.self)."))
+            throw EncodingError.invalidValue(
+                value,
+                EncodingError.Context(
+                    codingPath: [],
+                    debugDescription:
+                        "URLQueryEncoder needs a keyed top-level value (a struct, class or dictionary), not \(T.self)."))
         }
         return render(root)
     }
@@ -111,8 +115,8 @@ public struct URLQueryEncoder: Sendable {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
-                 UInt8(ascii: "_"), UInt8(ascii: "~"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                UInt8(ascii: "_"), UInt8(ascii: "~"):
                 result.append(Unicode.Scalar(byte))
             default:
                 result.append("%")
@@ -128,8 +132,12 @@ public struct URLQueryEncoder: Sendable {
     /// Stores `value` in `node`: leaf types become scalars, anything else encodes itself into the node.
     fileprivate func box<T: Encodable>(_ value: T, into node: Node, at path: [any CodingKey]) throws {
         func nonFinite(_ number: Any) -> EncodingError {
-            .invalidValue(value, EncodingError.Context(codingPath: path, debugDescription:
-                "Non-finite number \(number) cannot be encoded in a query string."))
+            .invalidValue(
+                value,
+                EncodingError.Context(
+                    codingPath: path,
+                    debugDescription:
+                        "Non-finite number \(number) cannot be encoded in a query string."))
         }
         switch value {
         case let bool as Bool:

@@ -268,9 +268,10 @@ final class CacheStorage: @unchecked Sendable {
         diskBytes = 0
 
         let keys: [URLResourceKey] = [.isRegularFileKey, .fileSizeKey, .contentModificationDateKey]
-        let urls = (try? FileManager.default.contentsOfDirectory(
-            at: directory, includingPropertiesForKeys: keys, options: []
-        )) ?? []
+        let urls =
+            (try? FileManager.default.contentsOfDirectory(
+                at: directory, includingPropertiesForKeys: keys, options: []
+            )) ?? []
         var found: [(name: String, size: Int, date: Date)] = []
         for url in urls {
             let name = url.lastPathComponent
@@ -279,9 +280,9 @@ final class CacheStorage: @unchecked Sendable {
                 continue
             }
             guard Self.isEntryFileName(name),
-                  let values = try? url.resourceValues(forKeys: Set(keys)),
-                  values.isRegularFile == true,
-                  let size = values.fileSize
+                let values = try? url.resourceValues(forKeys: Set(keys)),
+                values.isRegularFile == true,
+                let size = values.fileSize
             else { continue }
             found.append((name, size, values.contentModificationDate ?? .distantPast))
         }
@@ -383,7 +384,7 @@ final class CacheStorage: @unchecked Sendable {
     /// directory are neither indexed nor removed.
     private static func isEntryFileName(_ name: String) -> Bool {
         let bytes = name.utf8
-        return bytes.count == 64 && bytes.allSatisfy { (0x30 ... 0x39).contains($0) || (0x61 ... 0x66).contains($0) }
+        return bytes.count == 64 && bytes.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// The file contents for `data` under `key`: magic, version, key length (UInt32 big-endian), body length
@@ -408,22 +409,22 @@ final class CacheStorage: @unchecked Sendable {
     static func decode(_ contents: Data, expectedKey: String) -> Data? {
         let bytes = [UInt8](contents.prefix(fixedHeaderLength))
         guard bytes.count == fixedHeaderLength,
-              Array(bytes[0 ..< 4]) == magic,
-              bytes[4] == formatVersion
+            Array(bytes[0..<4]) == magic,
+            bytes[4] == formatVersion
         else { return nil }
-        let keyLength = bytes[5 ..< 9].reduce(0) { $0 << 8 | Int($1) }
-        let bodyLength = bytes[9 ..< 17].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let keyLength = bytes[5..<9].reduce(0) { $0 << 8 | Int($1) }
+        let bodyLength = bytes[9..<17].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         let keyBytes = Array(expectedKey.utf8)
         // Exactly the declared length: shorter is a truncated write, longer is not a file of ours. The key length
         // is compared first, so the subtraction below can't go negative.
         guard keyLength == keyBytes.count,
-              contents.count >= fixedHeaderLength + keyLength,
-              UInt64(contents.count - fixedHeaderLength - keyLength) == bodyLength
+            contents.count >= fixedHeaderLength + keyLength,
+            UInt64(contents.count - fixedHeaderLength - keyLength) == bodyLength
         else { return nil }
         let keyStart = contents.startIndex + fixedHeaderLength
         let bodyStart = keyStart + keyLength
-        guard contents[keyStart ..< bodyStart].elementsEqual(keyBytes) else { return nil }
-        return contents.subdata(in: bodyStart ..< contents.endIndex)
+        guard contents[keyStart..<bodyStart].elementsEqual(keyBytes) else { return nil }
+        return contents.subdata(in: bodyStart..<contents.endIndex)
     }
 }
 

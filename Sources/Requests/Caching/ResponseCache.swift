@@ -67,8 +67,9 @@ public final class ResponseCache: @unchecked Sendable {
     /// The stored response for `request`, if its `Vary` values match.
     func entry(for request: URLRequest) -> CachedResponse? {
         guard let url = request.url, let method = Self.cacheableMethod(request),
-              let data = storage.data(forKey: Self.key(method: method, url: url)),
-              let entry = CachedResponse(serialized: data) else { return nil }
+            let data = storage.data(forKey: Self.key(method: method, url: url)),
+            let entry = CachedResponse(serialized: data)
+        else { return nil }
         return entry.matchesVary(of: request) ? entry : nil
     }
 
@@ -76,8 +77,9 @@ public final class ResponseCache: @unchecked Sendable {
     @discardableResult
     func store(_ body: Data, response: HTTPURLResponse, for request: URLRequest, requestTime: Date, responseTime: Date) -> Bool {
         guard let url = request.url, let method = Self.cacheableMethod(request), body.count <= maximumEntrySize,
-              let entry = CachedResponse(body: body, response: response, request: request, requestTime: requestTime, responseTime: responseTime),
-              entry.isStorable(for: request) else { return false }
+            let entry = CachedResponse(body: body, response: response, request: request, requestTime: requestTime, responseTime: responseTime),
+            entry.isStorable(for: request)
+        else { return false }
         storage.setData(entry.serialized(), forKey: Self.key(method: method, url: url))
         return true
     }
@@ -212,9 +214,11 @@ struct CachedResponse: Codable, Equatable {
         let response = cacheControl
         let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
         guard storableStatus.contains(status), response["no-store"] == nil, requestDirectives["no-store"] == nil,
-              !Self.varyNames(headers).contains("*") else { return false }
+            !Self.varyNames(headers).contains("*")
+        else { return false }
         if request.value(forHTTPHeaderField: "Authorization") != nil,
-           response["public"] == nil, response["s-maxage"] == nil, response["must-revalidate"] == nil {
+            response["public"] == nil, response["s-maxage"] == nil, response["must-revalidate"] == nil
+        {
             return false
         }
         return freshnessLifetime != nil || header("ETag") != nil || header("Last-Modified") != nil
@@ -243,8 +247,9 @@ struct CachedResponse: Codable, Equatable {
     func isFresh(for request: URLRequest, now: Date) -> Bool {
         let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
         guard cacheControl["no-cache"] == nil, requestDirectives["no-cache"] == nil,
-              request.value(forHTTPHeaderField: "Pragma")?.lowercased().contains("no-cache") != true,
-              let lifetime = freshnessLifetime else { return false }
+            request.value(forHTTPHeaderField: "Pragma")?.lowercased().contains("no-cache") != true,
+            let lifetime = freshnessLifetime
+        else { return false }
         let age = currentAge(now: now)
         if let maxAge = requestDirectives["max-age"].flatMap(TimeInterval.init), age > maxAge { return false }
         return lifetime > age
@@ -325,7 +330,8 @@ struct CachedResponse: Codable, Equatable {
         let length = data.prefix(4).reduce(0) { $0 << 8 | Int($1) }
         let start = data.startIndex + 4
         guard length > 0, data.count - 4 >= length,
-              let head = try? JSONDecoder().decode(Head.self, from: data[start..<(start + length)]) else { return nil }
+            let head = try? JSONDecoder().decode(Head.self, from: data[start..<(start + length)])
+        else { return nil }
         url = head.url
         status = head.status
         headers = head.headers

@@ -95,7 +95,7 @@ public final class BatchOperation<Success, Failure: Error>:
     /// Every request has finished: completes with their results, in input order.
     public override func execute() {
         guard let operations = ifNotCompleted({ self.operations }) else { return }
-        let results = operations.compactMap { $0.result } // a key path would be built on every call in generic code
+        let results = operations.compactMap { $0.result }  // a key path would be built on every call in generic code
         guard results.count == operations.count else {
             // A request finished without a result: it was never run by a queue.
             complete(with: .failure(RequestQueueError.cancelled))

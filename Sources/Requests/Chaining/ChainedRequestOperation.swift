@@ -74,7 +74,8 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
 
     override func execute() {
         guard let (previous, makeRequest) = ifNotCompleted({ (self.previous, self.makeRequest) }),
-              let previous, let makeRequest else { return }
+            let previous, let makeRequest
+        else { return }
         switch previous.result {
         case let .success(input)?:
             let request: T
@@ -88,10 +89,12 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
             let operation = request.makeOperation(session: session, completionQueue: nil) { result in
                 self.complete(with: result.mapError { $0 })
             }
-            guard let queuePolicies = ifNotCompleted({ () -> PolicyBox in
-                self.requestOperation = operation
-                return self.queuePolicies
-            }) else { return }
+            guard
+                let queuePolicies = ifNotCompleted({ () -> PolicyBox in
+                    self.requestOperation = operation
+                    return self.queuePolicies
+                })
+            else { return }
             operation.adopt(queuePolicies)
             operation.start()
         case let .failure(error)?:

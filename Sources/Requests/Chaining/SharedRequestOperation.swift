@@ -23,9 +23,10 @@ extension OperationQueue {
     ) -> RequestOperation<T.Success, T.Failure> {
         let key = SharedCallKey(queue: ObjectIdentifier(self), requestType: ObjectIdentifier(T.self), identifier: request.identifier)
         let (call, isNew) = SharedCalls.shared.join(key) {
-            SharedCall<T.Success, T.Failure>(operation: makeOperation(for: request, session: session, completionQueue: nil) { _ in
-                SharedCalls.shared.removeCompletedCall(key, of: SharedCall<T.Success, T.Failure>.self)
-            })
+            SharedCall<T.Success, T.Failure>(
+                operation: makeOperation(for: request, session: session, completionQueue: nil) { _ in
+                    SharedCalls.shared.removeCompletedCall(key, of: SharedCall<T.Success, T.Failure>.self)
+                })
         }
         let caller = SharedRequestOperation(
             call: call,

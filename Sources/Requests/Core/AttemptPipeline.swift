@@ -97,7 +97,8 @@ extension NetworkRequestOperation {
         guard mayAttemptAgain(), let status = (failure as? RequestQueueError)?.statusCode else { return false }
         let state = withLock { (policies.authenticator, run.credential, run.resentAfterRefresh) }
         guard let authenticator = state.0, let credential = state.1, !state.2,
-              authenticator.unauthorizedStatusCodes.contains(status) else { return false }
+            authenticator.unauthorizedStatusCodes.contains(status)
+        else { return false }
         let receiver: any AttemptReceiver = self
         authenticator.requestWasRejected(credential) { [weak receiver] decision in
             receiver?.reauthenticated(decision, after: failure, attempt: attempt)
@@ -188,7 +189,7 @@ extension NetworkRequestOperation {
             if isResendAfterRefresh { run.resentAfterRefresh = true }
             return true
         }
-        guard scheduled != nil else { return } // cancelled meanwhile: that cancellation is the outcome
+        guard scheduled != nil else { return }  // cancelled meanwhile: that cancellation is the outcome
         emit(.didRetry(attempt, delay: delay))
         DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: next)
     }

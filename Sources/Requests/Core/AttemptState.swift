@@ -166,4 +166,3 @@ protocol AttemptReceiver: AnyObject, Sendable {
     func redirected(_ response: HTTPURLResponse, to request: URLRequest)
     func deadlinePassed(_ deadline: TimeInterval)
 }
-

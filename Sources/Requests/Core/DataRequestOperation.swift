@@ -27,10 +27,12 @@ open class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @un
     }
 
     override func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
-        guard let cached = withLock({ () -> CachedAttempt? in
-            defer { cachedAttempt = nil }
-            return cachedAttempt
-        }) else {
+        guard
+            let cached = withLock({ () -> CachedAttempt? in
+                defer { cachedAttempt = nil }
+                return cachedAttempt
+            })
+        else {
             super.receive(body: body, response: response, error: error)
             return
         }
@@ -54,7 +56,8 @@ public final class DecodableRequestOperation<R: DecodableRequest>: DataRequestOp
         }
         let method = HTTPMethod(rawValue: sent.httpMethod ?? "GET")
         if request.emptyResponseStatusCodes.contains(response.statusCode) || request.emptyResponseMethods.contains(method),
-           let empty = (R.Success.self as? EmptyResponse.Type)?.emptyValue() as? R.Success {
+            let empty = (R.Success.self as? EmptyResponse.Type)?.emptyValue() as? R.Success
+        {
             return Processed(value: empty)
         }
         do {

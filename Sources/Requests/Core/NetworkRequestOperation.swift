@@ -87,10 +87,12 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
 
     /// Starts the first attempt, and the clock of the request's deadline.
     public final override func execute() {
-        guard let deadline = ifNotCompleted({ () -> TimeInterval? in
-            run.startTime = .now()
-            return policies.limits.deadline
-        }) else { return }
+        guard
+            let deadline = ifNotCompleted({ () -> TimeInterval? in
+                run.startTime = .now()
+                return policies.limits.deadline
+            })
+        else { return }
         if let deadline, !deadline.isNaN {
             let deadline = min(max(deadline, 0), 1e9)
             let timer = DispatchSource.makeTimerSource(queue: .global())
@@ -100,7 +102,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             // Resumed before it can be dropped: releasing a dispatch source that was never resumed crashes.
             timer.resume()
             guard ifNotCompleted({ run.deadline = timer }) != nil else {
-                timer.cancel() // cancelled meanwhile
+                timer.cancel()  // cancelled meanwhile
                 return
             }
         }
@@ -157,13 +159,15 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
     // MARK: - Sending and receiving
 
     func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
-        guard let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
-            run.sentRequest = urlRequest
-            run.credential = credential
-            run.attemptsSent += 1
-            run.metrics = nil
-            return (currentAttempt(sending: urlRequest), run.taskObserver, TransferRules(policies))
-        }) else { return }
+        guard
+            let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
+                run.sentRequest = urlRequest
+                run.credential = credential
+                run.attemptsSent += 1
+                run.metrics = nil
+                return (currentAttempt(sending: urlRequest), run.taskObserver, TransferRules(policies))
+            })
+        else { return }
         emit(.willSend(attempt))
 
         // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
@@ -268,7 +272,8 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         }
         emit(.didFail(attempt, failure, duration: duration))
         if !reauthenticate(after: failure, attempt: attempt),
-           !retry(after: failure, attempt: attempt, response: response) {
+            !retry(after: failure, attempt: attempt, response: response)
+        {
             complete(with: .failure(failure))
         }
     }

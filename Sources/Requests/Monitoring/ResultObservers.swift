@@ -23,10 +23,11 @@ extension OperationQueue {
         _ handler: @escaping (Owner, Result<Success, Error>) -> Void
     ) -> ResultObservation {
         let observers = QueueResultObservers.observers(of: self)
-        let id = observers.add(ResultObserver(successType: ObjectIdentifier(type), owner: owner, queue: queue) { owner, result in
-            guard let owner = owner as? Owner, let result = result as? Result<Success, Error> else { return }
-            handler(owner, result)
-        })
+        let id = observers.add(
+            ResultObserver(successType: ObjectIdentifier(type), owner: owner, queue: queue) { owner, result in
+                guard let owner = owner as? Owner, let result = result as? Result<Success, Error> else { return }
+                handler(owner, result)
+            })
         return ResultObservation(observers: observers, id: id)
     }
 }

@@ -80,8 +80,8 @@ extension RedirectPolicy {
         // first origin.
         let location = response.value(forHTTPHeaderField: "Location") ?? ""
         guard let target = URL(string: location, relativeTo: response.url ?? previousURL)?.absoluteURL,
-              let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let nextScheme = next.url?.scheme?.lowercased(), nextScheme == "http" || nextScheme == "https"
+            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let nextScheme = next.url?.scheme?.lowercased(), nextScheme == "http" || nextScheme == "https"
         else { return .failure(.unsupportedScheme(location)) }
         guard hops <= maximumRedirects else { return .failure(.tooManyRedirects(limit: maximumRedirects)) }
         let crossesOrigin = Self.origin(of: next.url) != Self.origin(of: previousURL)

@@ -142,7 +142,8 @@ final class PolicyBox: Sendable {
 
     /// These policies with `request`'s own added; `self` when it adds nothing.
     func adding<R: NetworkRequest>(_ request: R) -> PolicyBox {
-        let addsNothing = request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
+        let addsNothing =
+            request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
             && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
             && request.limits == nil && request.redirectPolicy == nil && request.sensitiveHeaders.isEmpty
             && request.responseCache == nil
@@ -168,7 +169,7 @@ private final class QueuePolicyTable: @unchecked Sendable {
         defer { lock.unlock() }
         guard let entry = entries[ObjectIdentifier(queue)] else { return .none }
         guard entry.queue === queue else {
-            entries[ObjectIdentifier(queue)] = nil // a freed queue's, found at its old address
+            entries[ObjectIdentifier(queue)] = nil  // a freed queue's, found at its old address
             return .none
         }
         return entry.policies

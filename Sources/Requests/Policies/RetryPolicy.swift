@@ -118,8 +118,9 @@ public struct RetryPolicy: Sendable {
             return nil
         }
         if honorsRetryAfter,
-           let header = response?.value(forHTTPHeaderField: "Retry-After"),
-           let wait = Self.retryAfterSeconds(header, now: now) {
+            let header = response?.value(forHTTPHeaderField: "Retry-After"),
+            let wait = Self.retryAfterSeconds(header, now: now)
+        {
             return wait <= maxDelay ? wait : nil
         }
         // Jitter below the cap too, so that clients that reached it do not retry in step.

@@ -165,7 +165,7 @@ public final class TokenAuthenticator: @unchecked Sendable {
         lock.lock()
         guard number == refreshNumber, let waiting = waiters else {
             lock.unlock()
-            return // a second or late answer, after a timeout or setToken
+            return  // a second or late answer, after a timeout or setToken
         }
         waiters = nil
         lastRefreshEnd = .now()

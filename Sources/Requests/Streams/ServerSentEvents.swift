@@ -167,7 +167,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
             lineNumber += 1
         }
         guard !line.isEmpty else { return dispatch() }
-        guard line[0] != 0x3A else { return nil } // a comment
+        guard line[0] != 0x3A else { return nil }  // a comment
         let colon = line.firstIndex(of: 0x3A)
         let name = line[..<(colon ?? line.endIndex)]
         var value = colon.map { line[($0 + 1)...] } ?? []
@@ -195,7 +195,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
             eventType = ""
         }
         guard !data.isEmpty else { return nil }
-        data.removeLast() // the line feed after the last data line
+        data.removeLast()  // the line feed after the last data line
         // Validated when each line arrived, if it must be.
         let text = String(decoding: data, as: UTF8.self)
         return ServerSentEvent(type: eventType.isEmpty ? "message" : eventType, data: text, id: lastEventID.isEmpty ? nil : lastEventID)

@@ -289,7 +289,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     private func decode(_ data: Data) {
         let taken: R.Decoder? = withLock {
             guard case .streaming = stream.phase, let decoder = stream.decoder else { return nil }
-            stream.decoder = nil // while it decodes
+            stream.decoder = nil  // while it decodes
             return decoder
         }
         if var decoder = taken {

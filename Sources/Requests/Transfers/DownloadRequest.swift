@@ -66,4 +66,3 @@ extension DownloadRequest {
         DownloadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
     }
 }
-

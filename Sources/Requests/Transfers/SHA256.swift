@@ -43,7 +43,7 @@ struct SHA256 {
             let taken = min(64 - pendingCount, bytes.count)
             let filled = pendingCount
             withUnsafeMutableBytes(of: &pending) { buffer in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[filled ..< filled + taken])
+                UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<filled + taken])
                     .copyMemory(from: UnsafeRawBufferPointer(start: start, count: taken))
             }
             pendingCount += taken
@@ -68,7 +68,7 @@ struct SHA256 {
         let rest = bytes.count - offset
         if rest > 0 {
             withUnsafeMutableBytes(of: &pending) { buffer in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[0 ..< rest])
+                UnsafeMutableRawBufferPointer(rebasing: buffer[0..<rest])
                     .copyMemory(from: UnsafeRawBufferPointer(start: start + offset, count: rest))
             }
             pendingCount = rest
@@ -92,7 +92,7 @@ struct SHA256 {
         let zeroCount = (pendingCount < 56 ? 55 : 119) - pendingCount
         var padding = [UInt8](repeating: 0, count: 1 + zeroCount + 8)
         padding[0] = 0x80
-        for index in 0 ..< 8 {
+        for index in 0..<8 {
             padding[1 + zeroCount + index] = UInt8(truncatingIfNeeded: bitLength >> (56 - 8 * UInt64(index)))
         }
         padding.withUnsafeBytes { copy.update($0) }
@@ -149,7 +149,7 @@ struct SHA256 {
         var h0 = self.h0, h1 = self.h1, h2 = self.h2, h3 = self.h3
         var h4 = self.h4, h5 = self.h5, h6 = self.h6, h7 = self.h7
         var block = blocks
-        for _ in 0 ..< blockCount {
+        for _ in 0..<blockCount {
             // Words are big-endian and the block may sit at any address.
             var w0 = block.loadUnaligned(fromByteOffset: 0, as: UInt32.self).bigEndian
             var w1 = block.loadUnaligned(fromByteOffset: 4, as: UInt32.self).bigEndian

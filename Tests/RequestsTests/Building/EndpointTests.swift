@@ -82,8 +82,9 @@ final class EndpointTests: XCTestCase {
             try Endpoint("https://api.example.com").get("recipes/crème brûlée").url().absoluteString,
             "https://api.example.com/recipes/cr%C3%A8me%20br%C3%BBl%C3%A9e"
         )
-        XCTAssertEqual(try Endpoint("https://api.example.com").get("deals/50%off/a%20b/100%").url().absoluteString,
-                       "https://api.example.com/deals/50%25off/a%20b/100%25")
+        XCTAssertEqual(
+            try Endpoint("https://api.example.com").get("deals/50%off/a%20b/100%").url().absoluteString,
+            "https://api.example.com/deals/50%25off/a%20b/100%25")
         XCTAssertEqual(try Endpoint("https://api.example.com/v1//").get("//a").url().absoluteString, "https://api.example.com/v1/a")
         XCTAssertEqual(Endpoint("https://api.example.com").get("a%zz").description, "GET https://api.example.com/a%25zz")
         let nested = Endpoint("https://api.example.com", path: "v2", headers: ["Accept": "application/json"])

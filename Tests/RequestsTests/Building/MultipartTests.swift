@@ -40,13 +40,17 @@ final class MultipartTests: XCTestCase {
         let parts = try parse(received)
         XCTAssertEqual(parts.map(\.name), ["plain", "unicodé ✓ 名前", "say \"hi\"\r\nX-Injected: 1", "blob", "meta", "notes", "binary", "image"])
         XCTAssertEqual(parts.map(\.fileName), [nil, nil, nil, nil, "meta.json", "notes.txt", "we\"ird\r\nname.bin", "pixel.PNG"])
-        XCTAssertEqual(parts.map(\.contentType), [
-            nil, nil, nil, "application/octet-stream", "application/json", "text/plain", "application/x-custom", "image/png",
-        ])
-        XCTAssertEqual(parts.map(\.body), [
-            Data("hello".utf8), Data("värde 🚀 \"quoted\"\r\nnext line".utf8), Data("x".utf8), Data([0, 1, 13, 10, 45, 45, 255]),
-            json, try Data(contentsOf: text), try Data(contentsOf: binary), try Data(contentsOf: image),
-        ])
+        XCTAssertEqual(
+            parts.map(\.contentType),
+            [
+                nil, nil, nil, "application/octet-stream", "application/json", "text/plain", "application/x-custom", "image/png",
+            ])
+        XCTAssertEqual(
+            parts.map(\.body),
+            [
+                Data("hello".utf8), Data("värde 🚀 \"quoted\"\r\nnext line".utf8), Data("x".utf8), Data([0, 1, 13, 10, 45, 45, 255]),
+                json, try Data(contentsOf: text), try Data(contentsOf: binary), try Data(contentsOf: image),
+            ])
         // Quotes and line breaks are escaped, so they neither end the quoted name nor start a header.
         XCTAssertEqual(parts[2].headers["content-disposition"], #"form-data; name="say %22hi%22%0D%0AX-Injected: 1""#)
         XCTAssertEqual(parts[6].headers["content-disposition"], #"form-data; name="binary"; filename="we%22ird%0D%0Aname.bin""#)
@@ -232,9 +236,11 @@ final class MultipartTests: XCTestCase {
             XCTAssertEqual(request.value(forHTTPHeaderField: "Content-Type"), "multipart/form-data; boundary=Requests-clean")
             XCTAssertEqual(generator.taken, 5)
             let parts = try parse(try send(request))
-            XCTAssertEqual(parts.map(\.body), [
-                Data("before \(planted[0]) after".utf8), Data("x\r\n--\(planted[1])--\r\n".utf8), fileBytes, Data(), Data(),
-            ])
+            XCTAssertEqual(
+                parts.map(\.body),
+                [
+                    Data("before \(planted[0]) after".utf8), Data("x\r\n--\(planted[1])--\r\n".utf8), fileBytes, Data(), Data(),
+                ])
             XCTAssertEqual(parts.last?.fileName, "\(planted[3]).txt")
         }
     }
@@ -274,7 +280,8 @@ final class MultipartTests: XCTestCase {
 
     func testParserAcceptsPreambleEpilogueAndPaddingAndRejectsMalformedBodies() throws {
         let type = "multipart/form-data; boundary=\"b\""
-        let valid = "preamble\r\n--b \t\r\nContent-Disposition: form-data; name=\"a;b\"\r\n\r\n\r\n--b\r\n"
+        let valid =
+            "preamble\r\n--b \t\r\nContent-Disposition: form-data; name=\"a;b\"\r\n\r\n\r\n--b\r\n"
             + "content-disposition: form-data; name=x; filename=\"C:\\f.txt\"\r\nContent-Type: text/plain\r\n\r\n1\r\n2\r\n--b--\r\nepilogue"
         let parts = try MultipartParser.parse(contentType: type, body: Data(valid.utf8))
         XCTAssertEqual(parts.map(\.name), ["a;b", "x"])

@@ -287,10 +287,12 @@ final class URLQueryEncoderTests: XCTestCase {
         let query = try URLQueryEncoder().encode(value)
 
         // Then nil is omitted, Data is Base64, URL is its absoluteString, and numbers are their description
-        XCTAssertEqual(query, [
-            "big=18446744073709551615", "data=" + URLQueryEncoder.percentEncode("+/8="), "half=1.5",
-            "link=https%3A%2F%2Fx.io%2Fa%3Fb%3Dc", "price=12.5", "single=0.25", "small=-8", "two=2.0",
-        ].joined(separator: "&"))
+        XCTAssertEqual(
+            query,
+            [
+                "big=18446744073709551615", "data=" + URLQueryEncoder.percentEncode("+/8="), "half=1.5",
+                "link=https%3A%2F%2Fx.io%2Fa%3Fb%3Dc", "price=12.5", "single=0.25", "small=-8", "two=2.0",
+            ].joined(separator: "&"))
     }
 
     func testDictionaryOfParameters() throws {
@@ -316,10 +318,12 @@ final class URLQueryEncoderTests: XCTestCase {
         let query = try URLQueryEncoder(arrayEncoding: .indexed).encode(value).removingPercentEncoding
 
         // Then every container lands under its key: nil elements are dropped and indices count the kept ones
-        XCTAssertEqual(query, [
-            "label=x", "list[0]=a", "list[1][depth]=3", "list[2][0]=1", "list[3][id]=7", "meta[depth]=2",
-            "parent[id]=7", "super[id]=7",
-        ].joined(separator: "&"))
+        XCTAssertEqual(
+            query,
+            [
+                "label=x", "list[0]=a", "list[1][depth]=3", "list[2][0]=1", "list[3][id]=7", "meta[depth]=2",
+                "parent[id]=7", "super[id]=7",
+            ].joined(separator: "&"))
     }
 
     // MARK: - Errors

@@ -73,7 +73,7 @@ final class CacheStorageTests: XCTestCase {
 
     func testDiskRoundTripSurvivesRestart() {
         let first = storage(memory: 1000)
-        let value = Data((0 ..< 300).map { UInt8($0 % 251) })
+        let value = Data((0..<300).map { UInt8($0 % 251) })
         first.setData(value, forKey: "https://example.com/a?b=c")
         first.setData(Data(), forKey: "empty")
         XCTAssertTrue(FileManager.default.fileExists(atPath: directory.path), "directory created on first write")
@@ -280,14 +280,14 @@ final class CacheStorageTests: XCTestCase {
 
     func testRemoveAll() {
         let cache = storage(memory: 1000)
-        for index in 0 ..< 5 { cache.setData(bytes(10 + index), forKey: "key\(index)") }
+        for index in 0..<5 { cache.setData(bytes(10 + index), forKey: "key\(index)") }
         XCTAssertGreaterThan(cache.memorySize, 0)
         XCTAssertGreaterThan(cache.diskSize, 0)
         cache.removeAll()
         XCTAssertEqual(cache.memorySize, 0)
         XCTAssertEqual(cache.diskSize, 0)
         XCTAssertEqual(listing(), [])
-        for index in 0 ..< 5 { XCTAssertNil(cache.data(forKey: "key\(index)")) }
+        for index in 0..<5 { XCTAssertNil(cache.data(forKey: "key\(index)")) }
         XCTAssertNil(storage().data(forKey: "key0"))
 
         cache.setData(bytes(3), forKey: "later")
@@ -303,12 +303,12 @@ final class CacheStorageTests: XCTestCase {
     }
 
     func testConcurrentMixedOperationsNeverTearValues() {
-        let keys = (0 ..< 10).map { "key\($0)" }
+        let keys = (0..<10).map { "key\($0)" }
         let operations = 1000
         // Memory smaller than the data and disk a bit more, so evictions, promotions and disk reads all happen.
         let cache = storage(memory: 8_000, disk: 20_000)
         var written: [String: Set<Data>] = [:]
-        for index in 0 ..< operations where index % 3 == 0 {
+        for index in 0..<operations where index % 3 == 0 {
             written[keys[index % keys.count], default: []].insert(Self.value(key: keys[index % keys.count], sequence: index))
         }
         let allowed = written

@@ -113,8 +113,10 @@ final class ResponseCacheTests: XCTestCase {
     }
 
     func testNoCacheAndStaleResponsesAreRevalidatedAnd304DeliversTheStoredBody() throws {
-        for headers in [["Cache-Control": "no-cache", "ETag": #""b""#], ["Cache-Control": "max-age=0", "Last-Modified": "Sun, 06 Nov 1994 08:49:37 GMT"],
-                        ["Expires": "Sun, 06 Nov 1994 08:49:37 GMT", "ETag": #""c""#], ["ETag": #""d""#]] {
+        for headers in [
+            ["Cache-Control": "no-cache", "ETag": #""b""#], ["Cache-Control": "max-age=0", "Last-Modified": "Sun, 06 Nov 1994 08:49:37 GMT"],
+            ["Expires": "Sun, 06 Nov 1994 08:49:37 GMT", "ETag": #""c""#], ["ETag": #""d""#],
+        ] {
             let (url, seen) = route(notModifiedHeaders: ["X-Refreshed": "yes"]) { _, _ in headers }
             let first = try fetch(CatalogueRequest(url: url)).get()
             events.reset()

@@ -23,7 +23,7 @@ final class ResultObserverTests: XCTestCase {
     @discardableResult
     private func add(_ path: String, to queue: OperationQueue, events: Recorder<String>) -> Operation {
         queue.addRequest(GetDecodable<ServedRecipe>(url: server.url(path)), session: testSession) { _ in
-            Thread.sleep(forTimeInterval: 0.05) // an observer that ran alongside would record before this
+            Thread.sleep(forTimeInterval: 0.05)  // an observer that ran alongside would record before this
             events.append("done")
         }
     }

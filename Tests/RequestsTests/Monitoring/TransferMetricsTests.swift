@@ -52,15 +52,19 @@ final class TransferMetricsTests: XCTestCase {
         server.script(path, [LoopbackResponse(status: 503, headers: ["Retry-After": "0"]), .text("ok")])
         let log = TaskLog()
         // When the request runs
-        let result = runOnce(PolicyRequest(url: server.url(path)), policies: RequestPolicies(
-            retryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0), monitors: [log]
-        ))
+        let result = runOnce(
+            PolicyRequest(url: server.url(path)),
+            policies: RequestPolicies(
+                retryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0), monitors: [log]
+            ))
         XCTAssertNotNil(result?.success)
         // Then each attempt's task came after its send and before its response, not yet resumed, with its request
-        XCTAssertEqual(log.events, [
-            "willSend 1", "didCreateTask 1 suspended", "didReceive 1",
-            "willSend 2", "didCreateTask 2 suspended", "didReceive 2",
-        ])
+        XCTAssertEqual(
+            log.events,
+            [
+                "willSend 1", "didCreateTask 1 suspended", "didReceive 1",
+                "willSend 2", "didCreateTask 2 suspended", "didReceive 2",
+            ])
         let tasks = log.tasks
         XCTAssertEqual(tasks.map { $0.task.originalRequest?.url }, [server.url(path), server.url(path)])
         XCTAssertNotEqual(tasks[0].task.taskIdentifier, tasks[1].task.taskIdentifier)

@@ -68,10 +68,11 @@ final class RefreshCounter: @unchecked Sendable {
             countCall()
             testSession.dataTask(with: TestServer.url(refreshPath)) { data, _, error in
                 struct Token: Decodable { let token: String }
-                completion(Result {
-                    if let error { throw error }
-                    return try JSONDecoder().decode(Token.self, from: data ?? Data()).token
-                })
+                completion(
+                    Result {
+                        if let error { throw error }
+                        return try JSONDecoder().decode(Token.self, from: data ?? Data()).token
+                    })
             }.resume()
         }
     }
@@ -163,9 +164,10 @@ final class AuthenticationTests: XCTestCase {
         let results = run(8, server.url(path), on: queue)
         // Then one refresh ran, and every request failed with its error (or, arriving after it, with the 401)
         XCTAssertEqual(counter.count, 1)
-        XCTAssertTrue(results.allSatisfy {
-            $0.failure as? TestError == TestError(name: "refresh refused") || ($0.failure as? RequestQueueError)?.statusCode == 401
-        })
+        XCTAssertTrue(
+            results.allSatisfy {
+                $0.failure as? TestError == TestError(name: "refresh refused") || ($0.failure as? RequestQueueError)?.statusCode == 401
+            })
         XCTAssertGreaterThan(results.filter { $0.failure as? TestError == TestError(name: "refresh refused") }.count, 0)
         XCTAssertLessThanOrEqual(server.requestCount(path: path), 8, "nothing was resent")
         XCTAssertEqual(authenticator.token, "expired")
@@ -201,10 +203,11 @@ final class AuthenticationTests: XCTestCase {
         let (path, requests) = recordedRoute { _ in LoopbackResponse(status: 401) }
         let counter = RefreshCounter()
         let queue = OperationQueue()
-        queue.requestPolicies = RequestPolicies(authenticator: TokenAuthenticator(token: "secret") { _, completion in
-            counter.countCall()
-            completion(.success("new"))
-        })
+        queue.requestPolicies = RequestPolicies(
+            authenticator: TokenAuthenticator(token: "secret") { _, completion in
+                counter.countCall()
+                completion(.success("new"))
+            })
         let results = Recorder<Result<Data, Error>>()
         queue.addRequest(PolicyRequest(url: server.url(path), authenticated: false), session: testSession) { results.append($0) }
         queue.waitUntilAllOperationsAreFinished()

@@ -100,10 +100,12 @@ final class CustomRetryTests: XCTestCase {
 
     func testARetrierThatNeverAnswersTimesOutAsDoNotRetry() {
         let path = flakyPath(failures: 1)
-        let results = run(path, .custom(timeout: 0.2) { _ in
-            try await Task.sleep(nanoseconds: 3_600_000_000_000)
-            return .retry
-        })
+        let results = run(
+            path,
+            .custom(timeout: 0.2) { _ in
+                try await Task.sleep(nanoseconds: 3_600_000_000_000)
+                return .retry
+            })
         XCTAssertEqual((results.first?.failure as? RequestQueueError)?.statusCode, 503)
         XCTAssertEqual(server.requestCount(path: path), 1)
     }
@@ -121,10 +123,12 @@ final class CustomRetryTests: XCTestCase {
 
     func testACancellationWhileTheRetrierThinksCompletesAtOnceAndItsAnswerIsIgnored() {
         let path = flakyPath(failures: 1)
-        let results = run(path, .custom { _ in
-            try? await Task.sleep(nanoseconds: 500_000_000)
-            return .retry
-        }, cancelAfter: 0.1)
+        let results = run(
+            path,
+            .custom { _ in
+                try? await Task.sleep(nanoseconds: 500_000_000)
+                return .retry
+            }, cancelAfter: 0.1)
         XCTAssertTrue(results.first?.failure?.isRequestCancellation ?? false)
         Thread.sleep(forTimeInterval: 0.6)
         XCTAssertEqual(server.requestCount(path: path), 1, "the late .retry sent nothing")

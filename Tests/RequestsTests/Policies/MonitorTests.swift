@@ -37,11 +37,13 @@ final class MonitorTests: XCTestCase {
     private let server = TestServer.shared
 
     private func run(_ request: PolicyRequest, monitors: [any RequestEventMonitor], adapters: [RequestAdapter] = []) -> Result<Data, Error>? {
-        runOnce(request, policies: RequestPolicies(
-            adapters: adapters,
-            retryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0),
-            monitors: monitors
-        ))
+        runOnce(
+            request,
+            policies: RequestPolicies(
+                adapters: adapters,
+                retryPolicy: RetryPolicy(baseDelay: 0.01, jitter: 0),
+                monitors: monitors
+            ))
     }
 
     func testEveryAttemptIsVisibleInOrderToEveryMonitor() {

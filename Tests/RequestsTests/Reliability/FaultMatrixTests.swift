@@ -117,7 +117,9 @@ final class FaultMatrixTests: XCTestCase {
         }
         let status: (Int) -> (Error) -> Bool = { code in { ($0 as? RequestQueueError)?.statusCode == code } }
         let decoding: (Error) -> Bool = { $0 is DecodingError }
-        let nonEmpty: (Error) -> Bool = { if case .nonEmptyData? = $0 as? RequestQueueError { return true }; return false }
+        let nonEmpty: (Error) -> Bool = {
+            if case .nonEmptyData? = $0 as? RequestQueueError { return true }; return false
+        }
         switch fault {
         case .connectionRefused: return urlError(.cannotConnectToHost)
         case .resetBeforeHeaders, .resetMidBody: return urlError(.networkConnectionLost)

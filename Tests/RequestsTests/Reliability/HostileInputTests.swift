@@ -94,9 +94,10 @@ final class HostileInputTests: XCTestCase {
         var next = URLRequest(url: try XCTUnwrap(URL(string: "http://api.example.com/v1")))
         next.setValue("Bearer SECRET", forHTTPHeaderField: "Authorization")
         next.setValue("KEY", forHTTPHeaderField: "X-Api-Key")
-        let response = try XCTUnwrap(HTTPURLResponse(
-            url: try XCTUnwrap(URL(string: "https://api.example.com/v0")), statusCode: 301, httpVersion: nil,
-            headerFields: ["Location": "http://api.example.com/v1"]))
+        let response = try XCTUnwrap(
+            HTTPURLResponse(
+                url: try XCTUnwrap(URL(string: "https://api.example.com/v0")), statusCode: 301, httpVersion: nil,
+                headerFields: ["Location": "http://api.example.com/v1"]))
         // When the default policy rules on it
         let ruling = RedirectPolicy.follow.ruling(
             next: next, response: response, previousURL: response.url, hops: 1, sensitiveHeaders: ["X-Api-Key"])
@@ -190,11 +191,12 @@ final class HostileInputTests: XCTestCase {
         let rulingStarted = Recorder<Bool>()
         let sawOtherFirst = Recorder<Bool>()
         let queue = OperationQueue()
-        queue.requestPolicies = RequestPolicies(redirectPolicy: .custom { next, _ in
-            rulingStarted.append(true)
-            sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
-            return next
-        })
+        queue.requestPolicies = RequestPolicies(
+            redirectPolicy: .custom { next, _ in
+                rulingStarted.append(true)
+                sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
+                return next
+            })
         let results = Recorder<Result<Void, Error>>()
         add(.data, server.url("/hostile/redirect?to=/json"), to: queue, results: results)
         waitUntil("the ruling has started") { rulingStarted.count == 1 }
@@ -216,13 +218,14 @@ final class HostileInputTests: XCTestCase {
         let rulingStarted = Recorder<Bool>()
         let rulingEnded = Recorder<Bool>()
         let queue = OperationQueue()
-        queue.requestPolicies = RequestPolicies(redirectPolicy: .custom { next, _ in
-            rulingStarted.append(true)
-            _ = cancelled.wait(timeout: .now() + 10)
-            Thread.sleep(forTimeInterval: 0.3) // past the moment a cancel would reach the task
-            rulingEnded.append(true)
-            return next
-        })
+        queue.requestPolicies = RequestPolicies(
+            redirectPolicy: .custom { next, _ in
+                rulingStarted.append(true)
+                _ = cancelled.wait(timeout: .now() + 10)
+                Thread.sleep(forTimeInterval: 0.3)  // past the moment a cancel would reach the task
+                rulingEnded.append(true)
+                return next
+            })
         let results = Recorder<Result<Void, Error>>()
         let operation = add(.data, server.url("/hostile/redirect?to=/json"), to: queue, results: results)
         waitUntil("the ruling has started") { rulingStarted.count == 1 }
@@ -236,7 +239,7 @@ final class HostileInputTests: XCTestCase {
         let next = Recorder<Result<Void, Error>>()
         add(.data, server.url("/json"), to: OperationQueue(), results: next)
         waitUntil("the next request completes and the ruling has ended") { next.count == 1 && rulingEnded.count == 1 }
-        Thread.sleep(forTimeInterval: 0.5) // the held-back cancel reaches the task meanwhile
+        Thread.sleep(forTimeInterval: 0.5)  // the held-back cancel reaches the task meanwhile
     }
 
     // MARK: - Per-request limits

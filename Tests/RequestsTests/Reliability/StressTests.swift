@@ -25,17 +25,20 @@ final class StressTests: XCTestCase {
             let slow = index % 10 == 0 ? "&delay=5" : ""
             switch index % 3 {
             case 0:
-                operations.append(queue.addRequest(GetDecodable<ServedRecipe>(url: server.url("/json?i=\(index)\(slow)")), session: testSession) { result in
-                    completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
-                })
+                operations.append(
+                    queue.addRequest(GetDecodable<ServedRecipe>(url: server.url("/json?i=\(index)\(slow)")), session: testSession) { result in
+                        completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
+                    })
             case 1:
-                operations.append(queue.addRequest(GetData(url: server.url("/bytes/512?i=\(index)\(slow)")), session: testSession) { result in
-                    completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
-                })
+                operations.append(
+                    queue.addRequest(GetData(url: server.url("/bytes/512?i=\(index)\(slow)")), session: testSession) { result in
+                        completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
+                    })
             default:
-                operations.append(queue.addRequest(SendNoContent(url: server.url("/status/204?i=\(index)\(slow)")), session: testSession) { result in
-                    completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
-                })
+                operations.append(
+                    queue.addRequest(SendNoContent(url: server.url("/status/204?i=\(index)\(slow)")), session: testSession) { result in
+                        completions.record(index, cancelled: result.failure?.isRequestCancellation ?? false, failed: result.failure != nil)
+                    })
             }
         }
         let shared = operations
@@ -67,7 +70,9 @@ final class StressTests: XCTestCase {
         XCTAssertGreaterThan(total - summary.failed, total / 2, "most requests succeed")
         XCTAssertEqual(summary.failed, summary.cancelled, "only cancellations fail")
         let reachedServer = server.totalRequestCount - serverRequestsBefore
-        print("stress: \(total) requests, \(summary.cancelled) cancelled (\(reachedServer - (total - summary.cancelled)) of them after reaching the server), \(summary.failed - summary.cancelled) other failures")
+        print(
+            "stress: \(total) requests, \(summary.cancelled) cancelled (\(reachedServer - (total - summary.cancelled)) of them after reaching the server), \(summary.failed - summary.cancelled) other failures"
+        )
     }
 }
 

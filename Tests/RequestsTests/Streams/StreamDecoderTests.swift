@@ -70,24 +70,30 @@ final class StreamDecoderTests: XCTestCase {
         XCTAssertEqual(try both(ServerSentEventDecoder(), "data: YHOO\ndata: +2\ndata: 10\n\n"), [ServerSentEvent(data: "YHOO\n+2\n10")])
         // A comment, an event with an id, an event without one (the id stays), and an empty id that resets it.
         let stream = ": test stream\n\ndata: first event\nid: 1\n\ndata:second event\nid\n\ndata:  third event\n\n"
-        XCTAssertEqual(try both(ServerSentEventDecoder(), stream), [
-            ServerSentEvent(data: "first event", id: "1"),
-            ServerSentEvent(data: "second event", id: nil),
-            ServerSentEvent(data: " third event", id: nil),
-        ])
+        XCTAssertEqual(
+            try both(ServerSentEventDecoder(), stream),
+            [
+                ServerSentEvent(data: "first event", id: "1"),
+                ServerSentEvent(data: "second event", id: nil),
+                ServerSentEvent(data: " third event", id: nil),
+            ])
         // A field without a colon has an empty value: two events, "" and "\n"; a last block without a blank line is dropped.
-        XCTAssertEqual(try both(ServerSentEventDecoder(), "data\n\ndata\ndata\n\ndata:"), [
-            ServerSentEvent(data: ""), ServerSentEvent(data: "\n"),
-        ])
+        XCTAssertEqual(
+            try both(ServerSentEventDecoder(), "data\n\ndata\ndata\n\ndata:"),
+            [
+                ServerSentEvent(data: ""), ServerSentEvent(data: "\n"),
+            ])
         // One space after the colon is dropped, not more.
         XCTAssertEqual(try both(ServerSentEventDecoder(), "data:test\n\ndata: test\n\n"), [ServerSentEvent(data: "test"), ServerSentEvent(data: "test")])
     }
 
     func testEventTypesLineEndingsAndTheByteOrderMark() throws {
         let stream = "\u{FEFF}event: add\rdata: 1\r\n\r\nevent: remove\r\ndata: 2\r\rdata: 3\n\n"
-        XCTAssertEqual(try both(ServerSentEventDecoder(), stream), [
-            ServerSentEvent(type: "add", data: "1"), ServerSentEvent(type: "remove", data: "2"), ServerSentEvent(data: "3"),
-        ])
+        XCTAssertEqual(
+            try both(ServerSentEventDecoder(), stream),
+            [
+                ServerSentEvent(type: "add", data: "1"), ServerSentEvent(type: "remove", data: "2"), ServerSentEvent(data: "3"),
+            ])
         // Only one BOM is dropped; a second one is part of the field name, which is then unknown.
         XCTAssertEqual(try both(ServerSentEventDecoder(), "\u{FEFF}\u{FEFF}data: x\n\ndata: y\n\n"), [ServerSentEvent(data: "y")])
     }

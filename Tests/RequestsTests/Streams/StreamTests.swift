@@ -90,7 +90,7 @@ final class StreamProbe<Element>: @unchecked Sendable {
 /// The README's example, against the loopback server.
 private let chatAPI = Endpoint(TestServer.shared.baseURL.absoluteString)
 
-private struct Chat: StreamRequest, EndpointRequest {            // server-sent events
+private struct Chat: StreamRequest, EndpointRequest {  // server-sent events
     let prompt: String
     var endpoint: Endpoint { chatAPI.post("chat", body: .json(["prompt": prompt])) }
     func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
@@ -117,7 +117,9 @@ final class StreamTests: XCTestCase {
         let operation = queue.addRequest(request, session: testSession, completionQueue: completionQueue) { element in
             probe.receive(element)
             if let operation = box.value { onElement(element, operation) }
-        } completion: { probe.complete($0.mapError { $0 }) }
+        } completion: {
+            probe.complete($0.mapError { $0 })
+        }
         box.value = operation
         waitUntil(timeout: timeout, "the stream's outcome", file: file, line: line) { operation.isFinished }
         XCTAssertEqual(probe.outcomes.count, 1, "completions", file: file, line: line)
@@ -186,7 +188,6 @@ final class StreamTests: XCTestCase {
         XCTAssertNotNil(probe.outcome?.success)
         XCTAssertEqual(probe.elements.values, ["first", "second", "\u{FEFF}kept", "third"])
     }
-
 
     func testABadJSONLineFailsWithItsNumberAfterTheLinesBeforeIt() throws {
         // Given NDJSON whose third line is not a Tick
@@ -501,7 +502,9 @@ final class StreamTests: XCTestCase {
         let order = Recorder<String>()
         let path = path("dependents")
         server.stream(path) { _ in .events(["data: a", "data: b"], intervalMilliseconds: 20) }
-        let stream = queue.addRequest(EventFeed(url: server.url(path)), session: testSession) { order.append($0.data) } completion: { _ in
+        let stream = queue.addRequest(EventFeed(url: server.url(path)), session: testSession) {
+            order.append($0.data)
+        } completion: { _ in
             order.append("completion")
         }
         let after = BlockOperation { order.append("dependent") }
@@ -522,9 +525,11 @@ final class StreamTests: XCTestCase {
         }
         let policies = RequestPolicies(
             adapters: [.setHeader("stream", for: "X-Tag"), .setHeader("text/event-stream; charset=utf-8", for: "Accept")],
-            preconditions: [RequestPrecondition { request in
-                guard request.value(forHTTPHeaderField: "X-Tag") == "stream" else { throw RequestQueueError.misuse("untagged") }
-            }]
+            preconditions: [
+                RequestPrecondition { request in
+                    guard request.value(forHTTPHeaderField: "X-Tag") == "stream" else { throw RequestQueueError.misuse("untagged") }
+                }
+            ]
         )
         // When it is read
         let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default), policies: policies)
@@ -574,7 +579,10 @@ final class StreamTests: XCTestCase {
         let queue = OperationQueue()
         let (operation, weakTracker) = { () -> (StreamRequestOperation<EventFeed>, Weak<Sentinel>) in
             let tracker = Sentinel()
-            let operation = queue.addRequest(EventFeed(url: server.url(path)), session: testSession) { _ in _ = tracker } completion: { _ in }
+            let operation = queue.addRequest(EventFeed(url: server.url(path)), session: testSession) { _ in
+                _ = tracker
+            } completion: { _ in
+            }
             return (operation, Weak(tracker))
         }()
         waitUntil("the stream finishes") { operation.isFinished }

@@ -55,17 +55,18 @@ final class SHA256Tests: XCTestCase {
 
         // Sizes around the 55/56-byte padding limit and the 64-byte block, mixed with random ones.
         let special = [0, 1, 55, 56, 63, 64, 65]
-        for seed in UInt64(10) ..< 20 {
+        for seed in UInt64(10)..<20 {
             var random = SplitMix64(seed: seed)
             var hasher = SHA256()
             var offset = 0
             var pieces = 0
             while offset < message.count {
-                let wanted = pieces % 2 == 0
+                let wanted =
+                    pieces % 2 == 0
                     ? special[Int(random.next() % UInt64(special.count))]
                     : Int(random.next() % 300)
                 let size = min(wanted, message.count - offset)
-                hasher.update(message.subdata(in: offset ..< offset + size))
+                hasher.update(message.subdata(in: offset..<offset + size))
                 offset += size
                 pieces += 1
             }
@@ -76,18 +77,18 @@ final class SHA256Tests: XCTestCase {
     func testEveryLengthUpToOneHundredThirtyAndEverySplitPoint() {
         let bytes = Self.pseudoRandomBytes(count: 130, seed: 2)
         var allDigests = Data()
-        for length in 0 ... 130 {
+        for length in 0...130 {
             let message = bytes.prefix(length)
             var whole = SHA256()
             whole.update(message)
             let digest = whole.finalize()
             allDigests.append(contentsOf: digest)
 
-            for split in 0 ... length {
+            for split in 0...length {
                 var pieces = SHA256()
                 message.withUnsafeBytes { raw in
-                    pieces.update(UnsafeRawBufferPointer(rebasing: raw[0 ..< split]))
-                    pieces.update(UnsafeRawBufferPointer(rebasing: raw[split ..< length]))
+                    pieces.update(UnsafeRawBufferPointer(rebasing: raw[0..<split]))
+                    pieces.update(UnsafeRawBufferPointer(rebasing: raw[split..<length]))
                 }
                 XCTAssertEqual(pieces.finalize(), digest, "length \(length) split at \(split)")
             }

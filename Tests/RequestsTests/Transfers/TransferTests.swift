@@ -46,9 +46,10 @@ struct SinkReport: Decodable, Equatable {
 /// The temporary files a download can leave: Foundation's `<UUID>.tmp` and Requests' staged files.
 func transferLeftovers() -> Set<String> {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())) ?? []
-    return Set(names.filter { name in
-        name.hasPrefix("Requests-download-") || (name.hasSuffix(".tmp") && UUID(uuidString: String(name.dropLast(4))) != nil)
-    })
+    return Set(
+        names.filter { name in
+            name.hasPrefix("Requests-download-") || (name.hasSuffix(".tmp") && UUID(uuidString: String(name.dropLast(4))) != nil)
+        })
 }
 
 final class DownloadTests: XCTestCase {

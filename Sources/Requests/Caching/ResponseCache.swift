@@ -119,7 +119,7 @@ public enum CacheUse: Sendable, Equatable {
     case reload
     /// Only what is stored, fresh or stale, and never the network: nothing stored (or only a response marked
     /// `no-cache` or `must-revalidate`, which may not be served without asking the server) fails with
-    /// ``ResponseCacheError/notCached``.
+    /// ``ResponseCacheError/notCached(_:)``.
     case onlyIfCached
     /// Neither read nor written.
     case bypass

@@ -59,6 +59,11 @@ public final class TokenAuthenticator: @unchecked Sendable {
     /// a refresh).
     ///
     /// - Parameters:
+    ///   - token: The token to start with; `nil` when none is known yet.
+    ///   - minimumRefreshInterval: The shortest time between the end of one refresh and the start of the next, so a
+    ///     server that refuses every token cannot make the authenticator refresh in a loop. Default: 10 seconds.
+    ///   - refreshTimeout: How long a refresh may take before the waiting requests fail. Default: 60 seconds.
+    ///   - unauthorizedStatusCodes: The statuses that mean "the token was refused". Default: 401.
     ///   - authorize: Puts the token on a request. Default: `Authorization: Bearer <token>`.
     ///   - refresh: Gets a new token; receives the rejected one. Call `completion` once; later calls are ignored.
     public init(

@@ -431,6 +431,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         if runsNow { completion() }
     }
 
+    /// Drops the sink, the decoder and any bytes still waiting for the consumer, then releases what the base holds.
     public override func releaseResources() {
         withLock {
             sink = nil

@@ -1,0 +1,45 @@
+// swift-format-ignore-file
+// Kept out of swift-format: the marked parts of this file are the ```swift blocks of Policies.md, character for
+// character (ArticleExamplesTests checks it).
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+func policiesUsage(queue: OperationQueue) {
+    // article-example-begin
+    let tokens = TokenAuthenticator(token: keychain.token) { rejected, completion in
+        auth.refresh(rejected, completion: completion)           // your call; runs once for all waiting requests
+    }
+    queue.requestPolicies = RequestPolicies(
+        adapters: [.setHeader("application/json", for: "Accept")],
+        preconditions: [RequestPrecondition { _ in if offline { throw AppError.offline } }],
+        validations: [.contentTypeMatchesAccept],
+        retryPolicy: .default,
+        authenticator: tokens,
+        monitors: [RequestLogger(redaction: Redaction(queryItems: ["api_key"]))]
+    )
+
+    struct LoginRequest: DecodableRequest, EndpointRequest {
+        typealias Success = Token
+        let user: String, password: String
+        var endpoint: Endpoint { api.post("login", body: .form(["user": user, "password": password])) }
+        var usesAuthenticator: Bool { false }                    // a wrong password is not an expired token
+        var retryPolicy: RetryPolicy? { RetryPolicy(maxAttempts: 1) }   // replaces the queue's policy
+        var validations: [ResponseValidation] { [ResponseValidation { _, response, _ in /* throw to refuse */ }] }
+    }
+    // article-example-end
+    _ = LoginRequest(user: "ada", password: "secret")
+}
+
+func customRetryUsage(queue: OperationQueue) {
+    // article-example-begin
+    queue.requestPolicies.retryPolicy = .custom { context in
+        guard (context.error as? URLError)?.code == .notConnectedToInternet else { return .doNotRetry }
+        await reachability.waitUntilOnline()
+        return .retry
+    }
+    // article-example-end
+}

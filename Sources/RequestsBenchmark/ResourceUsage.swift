@@ -160,21 +160,39 @@ enum ResourceUsage {
 
     /// Runs a short command and returns its standard output, or `nil` if it could not run or failed.
     static func run(_ executable: String, _ arguments: [String], includeStandardError: Bool = false) -> String? {
+        try? runReportingFailure(executable, arguments, includeStandardError: includeStandardError).get()
+    }
+
+    /// A command that failed: its exit status and what it wrote on standard error.
+    struct CommandFailure: Error {
+        let reason: String
+    }
+
+    /// Runs a short command and returns its standard output, or why it failed: its standard error, or its status.
+    static func runReportingFailure(_ executable: String, _ arguments: [String], includeStandardError: Bool = false) -> Result<String, CommandFailure> {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
-        process.standardError = includeStandardError ? pipe : FileHandle.nullDevice
+        // Standard error goes to a file, not a second pipe, so that a child writing much to both cannot block.
+        let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("bench-stderr-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: errorFile) }
+        let errors = FileManager.default.createFile(atPath: errorFile.path, contents: nil) ? try? FileHandle(forWritingTo: errorFile) : nil
+        process.standardError = includeStandardError ? pipe : (errors ?? FileHandle.nullDevice)
         do {
             try process.run()
         } catch {
-            return nil
+            return .failure(CommandFailure(reason: "could not run \(executable): \(error)"))
         }
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        guard process.terminationStatus == 0 else { return nil }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        try? errors?.close()
+        guard process.terminationStatus == 0 else {
+            let written = (try? String(contentsOf: errorFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+            return .failure(CommandFailure(reason: written.isEmpty ? "exit status \(process.terminationStatus)" : written))
+        }
+        return .success(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
 

@@ -72,8 +72,13 @@ func runStreamChild(_ kind: String, bytes: Int, base: URL) -> Int? {
     let operation = queue.addRequest(BenchStream(url: url), session: session) { chunk in counter.add(chunk.count) }
     queue.waitUntilAllOperationsAreFinished()
     guard case .success? = operation.result else {
-        // On the parent's standard error, so that a round without a number says why.
-        FileHandle.standardError.write(Data("stream child failed after \(counter.value) bytes: \(String(describing: operation.result))\n".utf8))
+        // Read by the parent (measureTransfer), so that a round without a number says why.
+        let reason: String
+        switch operation.result {
+        case let .failure(error)?: reason = "\(error) (\(type(of: error)))"
+        default: reason = "no result"
+        }
+        FileHandle.standardError.write(Data("the library's stream failed after \(counter.value >> 20) MiB: \(reason)\n".utf8))
         return nil
     }
     return counter.value
@@ -166,9 +171,14 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         name: "Streams",
         title: "9. Streams: a \(bytes >> 20) MiB body through the chunk handler (embedded server, child processes), events, cancellation",
         rows: [])
+    // A round that failed gives no rate: the median is over the rounds that moved every byte, and the failures get
+    // a row of their own, so that one failed round neither hides the figures nor goes unseen.
+    func completed(_ runs: [TransferFigures]) -> [TransferFigures] {
+        runs.filter { $0.failure == nil && $0.bytes == bytes && !$0.seconds.isNaN }
+    }
     func throughput(_ runs: [TransferFigures]) -> Double {
-        let rates = runs.filter { $0.bytes == bytes && !$0.seconds.isNaN }.map { Double($0.bytes) / $0.seconds }
-        return rates.count == runs.count && !rates.isEmpty ? median(rates) : .nan
+        let rates = completed(runs).map { Double($0.bytes) / $0.seconds }
+        return rates.isEmpty ? .nan : median(rates)
     }
     let library = throughput(figures.library)
     let raw = throughput(figures.raw)
@@ -177,14 +187,27 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         measure: "Throughput, StreamRequest chunk handler",
         library: library.isNaN ? "no number" : "\(fixed(library / 1_048_576, 0)) MiB/s",
         baseline: raw.isNaN ? "no number" : "\(fixed(raw / 1_048_576, 0)) MiB/s (raw URLSession delegate data task)",
-        comparison: ratio.isNaN ? "" : "ratio \(fixed(ratio, 3))",
+        comparison: ratio.isNaN ? "" : "ratio \(fixed(ratio, 3)), medians of \(completed(figures.library).count) and \(completed(figures.raw).count) rounds",
         goal: "ratio ≥ 0.95",
         verdict: ratio.isNaN ? .failed : (ratio >= 0.95 ? .pass : .miss)))
+    let failed = figures.library.filter { completed([$0]).isEmpty }
+    let rawFailed = figures.raw.filter { completed([$0]).isEmpty }
+    let reasons = Set((failed + rawFailed).map { $0.failure ?? "moved \($0.bytes) of \(bytes) bytes" }).sorted()
+    section.rows.append(Row(
+        measure: "Rounds that failed",
+        library: "\(failed.count) of \(figures.library.count)",
+        baseline: "\(rawFailed.count) of \(figures.raw.count), raw",
+        comparison: "",
+        goal: "none",
+        verdict: failed.isEmpty && rawFailed.isEmpty ? .pass : .miss))
+    if !reasons.isEmpty {
+        section.notes.append("Why rounds failed: " + reasons.joined(separator: "; "))
+    }
     // The growth over the process's resident size when the stream starts: a process that has only made one
     // URLSession request already holds about 33 MiB on Linux (Foundation, libcurl, ICU), so that is the floor.
     func growth(_ runs: [TransferFigures]) -> (peak: Double, growth: Double) {
-        let valid = runs.filter { !$0.peakBytes.isNaN && !$0.residentAtStart.isNaN }
-        guard valid.count == runs.count, !valid.isEmpty else { return (.nan, .nan) }
+        let valid = completed(runs).filter { !$0.peakBytes.isNaN && !$0.residentAtStart.isNaN }
+        guard !valid.isEmpty else { return (.nan, .nan) }
         return (valid.map(\.peakBytes).max() ?? .nan, valid.map { $0.peakBytes - $0.residentAtStart }.max() ?? .nan)
     }
     let (peak, grown) = growth(figures.library)
@@ -193,7 +216,7 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         measure: "Peak resident memory, streaming \(bytes >> 20) MiB",
         library: grown.isNaN ? "no number" : "+\(fixed(grown / 1_048_576, 1)) MiB over the start (peak \(fixed(peak / 1_048_576, 1)) MiB)",
         baseline: rawGrown.isNaN ? "" : "+\(fixed(rawGrown / 1_048_576, 1)) MiB (peak \(fixed(rawPeak / 1_048_576, 1)) MiB), raw",
-        comparison: "highest of \(figures.library.count) runs",
+        comparison: "highest of \(completed(figures.library).count) completed runs",
         goal: "growth < 32 MiB",
         verdict: grown.isNaN ? .failed : (grown < 32 * 1_048_576 ? .pass : .miss)))
     section.rows.append(Row(

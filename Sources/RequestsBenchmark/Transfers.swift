@@ -155,13 +155,17 @@ struct TransferFigures {
     var peakBytes = Double.nan
     /// The child's resident size just before the transfer started.
     var residentAtStart = Double.nan
+    /// Why the child gave no figures: what it wrote on standard error, or its exit status.
+    var failure: String?
 }
 
 /// Runs `kind` in a child process against `base`.
 func measureTransfer(_ kind: String, bytes: Int, base: URL) -> TransferFigures {
     let executable = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.path
-    guard let output = ResourceUsage.run(executable, ["--transfer-child", kind, String(bytes), base.absoluteString]) else {
-        return TransferFigures()
+    let output: String
+    switch ResourceUsage.runReportingFailure(executable, ["--transfer-child", kind, String(bytes), base.absoluteString]) {
+    case let .success(printed): output = printed
+    case let .failure(failure): return TransferFigures(failure: failure.reason)
     }
     let parts = output.split(separator: " ")
     guard parts.count == 4, let count = Int(parts[0]), let seconds = Double(parts[1]), let peak = Double(parts[2]),

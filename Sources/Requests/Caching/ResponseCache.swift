@@ -19,6 +19,8 @@ import Foundation
 /// One entry per method and URL, for the request header values its `Vary` names: a request with other values
 /// misses, and its response replaces the entry. A successful `POST`, `PUT`, `PATCH` or `DELETE` removes the URL's
 /// entries. Freshness has no heuristic: a response without `max-age` or `Expires` is always revalidated.
+/// The request's `Cache-Control` is honoured too: `no-cache`, `max-age`, `min-fresh` and `max-stale` (which never
+/// serves a response marked `no-cache` or `must-revalidate` without asking the server).
 ///
 /// Storage is in memory and on disk, each bounded by size, evicting the least recently used. A write goes to a
 /// temporary file that is then renamed, so a crash never leaves half an entry; an entry that cannot be read counts
@@ -243,16 +245,23 @@ struct CachedResponse: Codable, Equatable {
         return max(apparentAge, correctedAgeValue) + max(0, now.timeIntervalSince(responseTime))
     }
 
-    /// Whether it may be served without revalidation to `request`.
+    /// Whether it may be served without revalidation to `request`: fresh, or stale within what the request's
+    /// `max-stale` accepts, and within its `max-age` and `min-fresh` (RFC 9111 §5.2.1). A response without a
+    /// freshness lifetime counts as stale from the start.
     func isFresh(for request: URLRequest, now: Date) -> Bool {
         let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
         guard cacheControl["no-cache"] == nil, requestDirectives["no-cache"] == nil,
-            request.value(forHTTPHeaderField: "Pragma")?.lowercased().contains("no-cache") != true,
-            let lifetime = freshnessLifetime
+            request.value(forHTTPHeaderField: "Pragma")?.lowercased().contains("no-cache") != true
         else { return false }
         let age = currentAge(now: now)
-        if let maxAge = requestDirectives["max-age"].flatMap(TimeInterval.init), age > maxAge { return false }
-        return lifetime > age
+        let lifetime = freshnessLifetime ?? 0
+        // A directive whose value is not a number asks for nothing the cache can grant: it sends the request on.
+        if let maxAge = requestDirectives["max-age"], !(TimeInterval(maxAge).map { age <= $0 } ?? false) { return false }
+        if let minFresh = requestDirectives["min-fresh"], !(TimeInterval(minFresh).map { lifetime - age >= $0 } ?? false) { return false }
+        if lifetime > age { return true }
+        // `max-stale` without a value accepts any staleness; never for a response that must be revalidated.
+        guard let maxStale = requestDirectives["max-stale"], mayServeWithoutNetwork else { return false }
+        return maxStale.isEmpty || (TimeInterval(maxStale).map { age - lifetime <= $0 } ?? false)
     }
 
     /// Whether ``CacheUse/onlyIfCached`` may serve it even stale: not when it must be revalidated first

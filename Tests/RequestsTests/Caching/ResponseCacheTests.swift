@@ -204,6 +204,36 @@ final class ResponseCacheTests: XCTestCase {
         XCTAssertEqual(seen.all.count, 5, "a request's own cache is empty")
     }
 
+    func testTheRequestsMaxStaleAndMinFreshAreHonoured() throws {
+        // Given a response 100 s stale when stored, one fresh for a minute, and a stale one that must be revalidated
+        let (stale, staleSeen) = route { _, _ in ["Cache-Control": "max-age=0", "Age": "100", "ETag": #""s""#] }
+        let (fresh, freshSeen) = route { _, _ in ["Cache-Control": "max-age=60", "ETag": #""f""#] }
+        let (strict, strictSeen) = route { _, _ in ["Cache-Control": "max-age=0, must-revalidate", "ETag": #""m""#] }
+        for url in [stale, fresh, strict] { _ = try fetch(CatalogueRequest(url: url)).get() }
+        events.reset()
+
+        // When requests accept some staleness or ask for some freshness left
+        for (url, directive) in [
+            (stale, "max-stale"), (stale, "max-stale=3600"), (stale, "max-stale=10"), (strict, "max-stale"),
+            (fresh, "min-fresh=30"), (fresh, "min-fresh=120"), (fresh, "min-fresh=soon"),
+        ] {
+            XCTAssertNoThrow(try fetch(CatalogueRequest(url: url, headers: ["Cache-Control": directive])).get(), directive)
+        }
+
+        // Then the stale one is served within max-stale, never when it must be revalidated, and min-fresh
+        // revalidates a response without that much freshness left (or with a value that is not a number)
+        XCTAssertEqual(
+            events.events,
+            [
+                .hit, .hit, .miss(revalidating: true), .revalidated, .miss(revalidating: true), .revalidated,
+                .hit, .miss(revalidating: true), .revalidated, .miss(revalidating: true), .revalidated,
+            ]
+        )
+        XCTAssertEqual(staleSeen.all.count, 2)
+        XCTAssertEqual(strictSeen.all.count, 2)
+        XCTAssertEqual(freshSeen.all.count, 3)
+    }
+
     func testOnlyIfCachedServesAStaleResponseUnlessItMustBeRevalidated() throws {
         let (stale, _) = route { _, _ in ["Cache-Control": "max-age=0", "ETag": #""k""#] }
         let (strict, _) = route { _, _ in ["Cache-Control": "max-age=0, must-revalidate", "ETag": #""l""#] }

@@ -120,10 +120,12 @@ struct SoakServer {
         try process.run()
         let firstLine = FirstLine()
         let printed = DispatchSemaphore(value: 0)
+        // Through a box: corelibs marks Pipe and FileHandle Sendable, Apple's SDKs may not.
+        let reading = UncheckedSendable(output.fileHandleForReading)
         DispatchQueue.global().async {
             var line = Data()
             while !line.contains(UInt8(ascii: "\n")) {
-                let chunk = output.fileHandleForReading.availableData
+                let chunk = reading.value.availableData
                 if chunk.isEmpty { break }
                 line += chunk
             }

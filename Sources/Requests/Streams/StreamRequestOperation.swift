@@ -566,6 +566,10 @@ final class StreamTransfer: AttemptTransfer, @unchecked Sendable {
 
     override func shouldAccept(_ response: URLResponse) -> Bool {
         guard super.shouldAccept(response) else { return false }
+        lock.lock()
+        // Bytes before these headers belong to a response the session answered itself (see `MemoryTransfer`).
+        errorBody = Data()
+        lock.unlock()
         guard let response = response as? HTTPURLResponse, validStatusCodes.contains(response.statusCode) else { return true }
         lock.lock()
         isStreaming = true

@@ -38,6 +38,8 @@ class AttemptTransfer: @unchecked Sendable {
     private var lastCancel: DispatchTime?
     /// Why the attempt fails once its task completes (a redirect refused with an error).
     private var failureAtCompletion: Error?
+    /// The 401 or 407 whose challenge had no answer (see `TransferSession`): the attempt ends with it, bodiless.
+    private var unansweredChallenge: HTTPURLResponse?
     /// Bytes sent and received so far, and at the start of the current speed window.
     private var moved: Int64 = 0
     private var movedAtWindowStart: Int64 = 0
@@ -162,6 +164,7 @@ class AttemptTransfer: @unchecked Sendable {
     final func finish(body: ResponseBody, response: URLResponse?, error: Error?) {
         lock.lock()
         let failure = failureAtCompletion
+        let unanswered = unansweredChallenge
         lock.unlock()
         guard claim().first else {
             body.discard()
@@ -170,9 +173,20 @@ class AttemptTransfer: @unchecked Sendable {
         if let failure {
             body.discard()
             deliver(body: .data(Data()), response: response, error: failure)
+        } else if let unanswered {
+            body.discard()
+            deliver(body: .data(Data()), response: unanswered, error: nil)
         } else {
             deliver(body: body, response: response, error: error)
         }
+    }
+
+    /// Records that the task is cancelled because nobody can answer the authentication challenge of `response`:
+    /// the attempt then ends with that response, as it does on Apple platforms, instead of a cancellation.
+    final func challengeWentUnanswered(_ response: HTTPURLResponse) {
+        lock.lock()
+        unansweredChallenge = response
+        lock.unlock()
     }
 
     /// Ends the attempt with `error` at once, and cancels the task (see `cancelTask()`).
@@ -315,6 +329,16 @@ final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
         if let uploadLength {
             progressReceiver?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
         }
+    }
+
+    override func shouldAccept(_ response: URLResponse) -> Bool {
+        guard super.shouldAccept(response) else { return false }
+        // Bytes before these headers were the body of a response the session answered itself (a 401 whose
+        // challenge got a credential: Linux hands that body over too).
+        lock.lock()
+        received = Data()
+        lock.unlock()
+        return true
     }
 
     override func didReceive(_ data: Data) {

@@ -193,14 +193,54 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
+        // For HTTP authentication (Basic, Digest), corelibs hangs on `.performDefaultHandling` when it has no
+        // credential to use, crashes on `.useCredential` without one, and cancels on `.rejectProtectionSpace`; Apple
+        // platforms deliver the 401 then. So those answers use the credential default handling would (the URL's,
+        // else the session's storage), once, or else cancel the task and end the attempt with the challenge's
+        // response. Other challenges (corelibs raises no server-trust ones) get the answer as it is.
+        let transfer = handler(for: task)
+        let storage = session.configuration.urlCredentialStorage
+        let isHTTPAuthentication = Self.httpAuthenticationMethods.contains(challenge.protectionSpace.authenticationMethod)
+        let answer: @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void = { disposition, credential in
+            if !isHTTPAuthentication || disposition == .cancelAuthenticationChallenge {
+                completionHandler(disposition, credential)
+            } else if let credential = disposition == .useCredential ? credential : Self.defaultCredential(for: challenge, in: storage) {
+                completionHandler(.useCredential, credential)
+            } else {
+                if let response = challenge.failureResponse as? HTTPURLResponse { transfer?.challengeWentUnanswered(response) }
+                completionHandler(.cancelAuthenticationChallenge, nil)
+            }
+        }
         // Off the callback queue: the answer suspends and resumes the task, which waits for the session's work queue.
         guard let base, let taskDelegate = base.delegate as? URLSessionTaskDelegate else {
-            DispatchQueue.global().async { completionHandler(.performDefaultHandling, nil) }
+            DispatchQueue.global().async { answer(.performDefaultHandling, nil) }
             return
         }
         base.delegateQueue.addOperation {
-            taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: completionHandler)
+            taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: answer)
         }
+    }
+
+    /// The challenges answered with a user and a password.
+    private static let httpAuthenticationMethods: Set<String> = [
+        NSURLAuthenticationMethodHTTPBasic, NSURLAuthenticationMethodHTTPDigest, NSURLAuthenticationMethodDefault,
+    ]
+
+    /// What default handling would use: the credential the challenge proposes (from the URL), else the storage's
+    /// default for the protection space; none after a failure, so that a wrong credential is not sent again.
+    private static func defaultCredential(for challenge: URLAuthenticationChallenge, in storage: URLCredentialStorage?) -> URLCredential? {
+        guard challenge.previousFailureCount == 0 else { return nil }
+        if let proposed = challenge.proposedCredential, proposed.hasPassword { return proposed }
+        // corelibs' storage finds nothing for the challenge's own protection space object (it does not compare equal
+        // to the stored one), so the stored space is looked up by its fields.
+        let space = challenge.protectionSpace
+        guard let storage,
+            let stored = storage.allCredentials.keys.first(where: {
+                $0.host == space.host && $0.port == space.port && $0.protocol == space.protocol && $0.realm == space.realm
+                    && $0.authenticationMethod == space.authenticationMethod && $0.isProxy() == space.isProxy()
+            })
+        else { return nil }
+        return storage.defaultCredential(for: stored) ?? storage.credentials(for: stored).flatMap { $0.count == 1 ? $0.values.first : nil }
     }
     #endif
 

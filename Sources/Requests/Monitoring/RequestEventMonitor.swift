@@ -13,7 +13,7 @@ import Foundation
 ///
 /// For one request the order is: for each attempt, ``requestWillSend(_:)``, ``requestDidCreateTask(_:task:)``, then ``requestDidReceive(_:response:bodyBytes:duration:)``
 /// if a response arrived, then ``requestDidFail(_:error:duration:)`` if the attempt failed, then
-/// ``requestDidRetry(_:delay:)`` if another attempt follows; and last, once, ``requestDidFinish(_:)``.
+/// ``requestWillAttemptAgain(_:reason:delay:)`` if another attempt follows; and last, once, ``requestDidFinish(_:)``.
 public protocol RequestEventMonitor: Sendable {
     /// An attempt is about to be sent: adapters, the authenticator and preconditions have run.
     func requestWillSend(_ attempt: RequestAttempt)
@@ -25,7 +25,12 @@ public protocol RequestEventMonitor: Sendable {
     /// An attempt failed: a transport error, a status or validation error, or a body that could not be processed.
     func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval)
     /// After a failed attempt, the next one will start in `delay` seconds (a retry, or a resend after a token refresh).
+    /// Called by the default ``requestWillAttemptAgain(_:reason:delay:)``, for every reason.
     func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval)
+    /// The request will be sent again in `delay` seconds, for `reason`: a retry or a resend after a token refresh
+    /// (after ``requestDidFail(_:error:duration:)``), a cache reload after a `304` for another representation, a
+    /// download's range restart, or a stream's reconnection. Default: calls ``requestDidRetry(_:delay:)``.
+    func requestWillAttemptAgain(_ attempt: RequestAttempt, reason: ReattemptReason, delay: TimeInterval)
     /// The ``RedirectPolicy`` let the attempt follow `response` to `request` (with sensitive headers removed if it
     /// leaves the origin). Comes between ``requestWillSend(_:)`` and ``requestDidReceive(_:response:bodyBytes:duration:)``.
     func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest)
@@ -48,6 +53,10 @@ extension RequestEventMonitor {
     public func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval) {}
     /// Does nothing.
     public func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval) {}
+    /// Calls ``requestDidRetry(_:delay:)``, so that a monitor written before reasons existed sees every new attempt.
+    public func requestWillAttemptAgain(_ attempt: RequestAttempt, reason: ReattemptReason, delay: TimeInterval) {
+        requestDidRetry(attempt, delay: delay)
+    }
     /// Does nothing.
     public func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest) {}
     /// Does nothing.

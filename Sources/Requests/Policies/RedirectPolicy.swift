@@ -68,52 +68,33 @@ public enum RedirectError: Error, Equatable, CustomStringConvertible {
 }
 
 extension RedirectPolicy {
-    /// The headers a request never carries to another origin, whatever the policy.
-    static let alwaysSensitive = ["Authorization", "Proxy-Authorization", "Cookie"]
-
     /// The request to send after `response` redirected `previous` (whose URL is `previousURL`) to `next`, or why
-    /// not; `.success(nil)` hands the 3xx response to the status check. `hops` counts this redirect.
+    /// not; `.success(nil)` hands the 3xx response to the status check. `hops` counts this redirect. The scheme and
+    /// origin rules are ``Boundary``'s.
     func ruling(
         next: URLRequest, response: HTTPURLResponse, previousURL: URL?, hops: Int, sensitiveHeaders: [String]
     ) -> Result<URLRequest?, RedirectError> {
         // The Location header, not `next.url`: URLSession on Linux turns `file:///etc/passwd` into a path on the
         // first origin.
         let location = response.value(forHTTPHeaderField: "Location") ?? ""
-        guard let target = URL(string: location, relativeTo: response.url ?? previousURL)?.absoluteURL,
-            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            let nextScheme = next.url?.scheme?.lowercased(), nextScheme == "http" || nextScheme == "https"
-        else { return .failure(.unsupportedScheme(location)) }
+        let target = URL(string: location, relativeTo: response.url ?? previousURL)?.absoluteURL
+        guard Boundary.isSendable(target), let stripped = Boundary.afterRedirect(next, from: previousURL, sensitiveHeaders: sensitiveHeaders) else {
+            return .failure(.unsupportedScheme(location))
+        }
         guard hops <= maximumRedirects else { return .failure(.tooManyRedirects(limit: maximumRedirects)) }
-        let crossesOrigin = Self.origin(of: next.url) != Self.origin(of: previousURL)
-        let stripped = crossesOrigin ? Self.removing(Self.alwaysSensitive + sensitiveHeaders, from: next) : next
         switch rule {
         case .follow:
             return .success(stripped)
         case .refuse:
             return .success(nil)
         case .sameOrigin:
-            return .success(crossesOrigin ? nil : next)
+            return .success(Boundary.crossesOrigin(from: previousURL, to: next.url) ? nil : next)
         case let .custom(decide):
             guard let decided = decide(stripped, response) else { return .success(nil) }
-            guard let decidedScheme = decided.url?.scheme?.lowercased(), decidedScheme == "http" || decidedScheme == "https" else {
+            guard let allowed = Boundary.afterRedirect(decided, from: previousURL, sensitiveHeaders: sensitiveHeaders) else {
                 return .failure(.unsupportedScheme(decided.url?.absoluteString ?? ""))
             }
-            let leaves = Self.origin(of: decided.url) != Self.origin(of: previousURL)
-            return .success(leaves ? Self.removing(Self.alwaysSensitive + sensitiveHeaders, from: decided) : decided)
+            return .success(allowed)
         }
-    }
-
-    /// `scheme://host:port`, lowercased, with the scheme's default port; `nil` without a host.
-    static func origin(of url: URL?) -> String? {
-        guard let url, let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return nil }
-        return "\(scheme)://\(host):\(url.port ?? (scheme == "https" ? 443 : 80))"
-    }
-
-    static func removing(_ fields: [String], from request: URLRequest) -> URLRequest {
-        var request = request
-        for field in fields {
-            request.setValue(nil, forHTTPHeaderField: field)
-        }
-        return request
     }
 }

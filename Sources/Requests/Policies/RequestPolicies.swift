@@ -120,19 +120,19 @@ extension OperationQueue {
     /// ```
     public var requestPolicies: RequestPolicies {
         get { QueuePolicyTable.shared.policies(for: self).policies }
-        set { QueuePolicyTable.shared.set(PolicyBox(newValue), for: self) }
+        set { QueuePolicyTable.shared.set(SharedPolicies(newValue), for: self) }
     }
 
     /// The queue's policies, shared by reference with its requests.
-    var requestPolicyBox: PolicyBox {
+    var requestPolicyBox: SharedPolicies {
         QueuePolicyTable.shared.policies(for: self)
     }
 }
 
 /// Policies shared by reference: every queued operation holds a pointer to its queue's, not a copy, unless
 /// its request adds its own.
-final class PolicyBox: Sendable {
-    static let none = PolicyBox(RequestPolicies())
+final class SharedPolicies: Sendable {
+    static let none = SharedPolicies(RequestPolicies())
 
     let policies: RequestPolicies
 
@@ -141,13 +141,13 @@ final class PolicyBox: Sendable {
     }
 
     /// These policies with `request`'s own added; `self` when it adds nothing.
-    func adding<R: NetworkRequest>(_ request: R) -> PolicyBox {
+    func adding<R: NetworkRequest>(_ request: R) -> SharedPolicies {
         let addsNothing =
             request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
             && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
             && request.limits == nil && request.redirectPolicy == nil && request.sensitiveHeaders.isEmpty
             && request.responseCache == nil
-        return addsNothing ? self : PolicyBox(policies.adding(request))
+        return addsNothing ? self : SharedPolicies(policies.adding(request))
     }
 }
 
@@ -156,7 +156,7 @@ final class PolicyBox: Sendable {
 private final class QueuePolicyTable: @unchecked Sendable {
     private struct Entry {
         weak var queue: OperationQueue?
-        let policies: PolicyBox
+        let policies: SharedPolicies
     }
 
     static let shared = QueuePolicyTable()
@@ -164,7 +164,7 @@ private final class QueuePolicyTable: @unchecked Sendable {
     private let lock = NSLock()
     private var entries: [ObjectIdentifier: Entry] = [:]
 
-    func policies(for queue: OperationQueue) -> PolicyBox {
+    func policies(for queue: OperationQueue) -> SharedPolicies {
         lock.lock()
         defer { lock.unlock() }
         guard let entry = entries[ObjectIdentifier(queue)] else { return .none }
@@ -175,7 +175,7 @@ private final class QueuePolicyTable: @unchecked Sendable {
         return entry.policies
     }
 
-    func set(_ policies: PolicyBox, for queue: OperationQueue) {
+    func set(_ policies: SharedPolicies, for queue: OperationQueue) {
         lock.lock()
         defer { lock.unlock() }
         entries = entries.filter { $0.value.queue != nil }

@@ -16,9 +16,10 @@ public enum UploadBody: Sendable {
     case multipart(MultipartFormData)
 }
 
-/// A request that uploads a body and turns the response into `Success` like any ``DataRequest``; the body
-/// replaces any `httpBody` that `makeURLRequest` set. It runs as an ``UploadRequestOperation``, with the bytes
-/// sent in ``RequestOperation/progress``.
+/// A request that uploads a body and turns the response into `Success` like any ``DataRequest`` of its kind: a
+/// ``DecodableRequest`` upload decodes JSON (with the empty-body rules), a ``NoContentRequest`` upload expects no
+/// body, a ``TextRequest`` upload decodes text. The body replaces any `httpBody` that `makeURLRequest` set. It runs as
+/// an ``UploadRequestOperation``, with the bytes sent in ``RequestOperation/progress``.
 public protocol UploadRequest: DataRequest {
     /// What to send, read for each attempt.
     var uploadBody: UploadBody { get }
@@ -35,6 +36,8 @@ extension UploadRequest {
     }
 }
 
+// Without these two, an upload that is also a decodable or no-content request would get that protocol's operation
+// (the most specific default wins); its body and interpreter would be the same, but not its class.
 extension UploadRequest where Self: DecodableRequest {
     /// Creates an ``UploadRequestOperation`` whose response is decoded as JSON.
     public func makeOperation(
@@ -57,46 +60,6 @@ extension UploadRequest where Self: NoContentRequest {
     }
 }
 
-/// Runs an ``UploadRequest`` as a task whose callbacks Requests receives (see `TransferSession`), so that the
-/// bytes sent reach ``RequestOperation/progress``.
-public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {
-    override var usesResponseCache: Bool {
-        false
-    }
-
-    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
-        // User code: read outside the lock.
-        guard let body = currentRequest?.uploadBody else { throw RequestQueueError.cancelled }
-        var urlRequest = urlRequest
-        urlRequest.httpBody = nil
-        urlRequest.httpBodyStream = nil
-        let make: (URLSession) -> URLSessionTask
-        var length: Int64 = -1
-        switch body {
-        case let .data(data):
-            make = { $0.uploadTask(with: urlRequest, from: data) }
-        case let .file(file):
-            let size = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber
-            guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size else {
-                throw RequestBuildingError.unreadableFile(file)
-            }
-            length = size.int64Value
-            #if canImport(FoundationNetworking)
-            guard let stream = InputStream(url: file) else { throw RequestBuildingError.unreadableFile(file) }
-            urlRequest.httpBodyStream = stream
-            make = { [urlRequest] in $0.dataTask(with: urlRequest) }
-            #else
-            make = { [urlRequest] in $0.uploadTask(with: urlRequest, fromFile: file) }
-            #endif
-        case let .multipart(form):
-            length = Int64(try form.apply(to: &urlRequest))
-            if let data = urlRequest.httpBody {
-                urlRequest.httpBody = nil
-                make = { [urlRequest] in $0.uploadTask(with: urlRequest, from: data) }
-            } else {
-                make = { [urlRequest] in $0.dataTask(with: urlRequest) }
-            }
-        }
-        return TransferSession.task(on: session, handler: MemoryTransfer(receiver: receiver, rules: rules, uploadLength: length), make)
-    }
-}
+/// Runs an ``UploadRequest``: a ``DataRequestOperation`` whose task sends the request's ``UploadRequest/uploadBody``
+/// and reports the bytes sent to ``RequestOperation/progress``; its response is interpreted as its kind says.
+public final class UploadRequestOperation<R: UploadRequest>: DataRequestOperation<R>, @unchecked Sendable {}

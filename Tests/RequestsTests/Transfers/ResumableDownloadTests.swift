@@ -138,7 +138,7 @@ final class ResumableDownloadTests: XCTestCase {
         XCTAssertEqual(state.destination, destination)
         XCTAssertEqual(state.url, url)
         guard case .lastModified = state.validator else { return XCTFail("a Last-Modified validator") }
-        XCTAssertEqual(FileTransfer.size(of: state.partialFile), 300_000)
+        XCTAssertEqual(FileSink.size(of: state.partialFile), 300_000)
         XCTAssertFalse(FileManager.default.fileExists(atPath: destination.path))
 
         // When the state is stored, read back as after a restart, and resumed
@@ -330,7 +330,7 @@ final class ResumableDownloadTests: XCTestCase {
         XCTAssertTrue(cancelled.failure?.isRequestCancellation ?? false)
         let kept = try XCTUnwrap(state)
         XCTAssertGreaterThanOrEqual(kept.bytesReceived, 100_000)
-        XCTAssertEqual(FileTransfer.size(of: kept.partialFile), kept.bytesReceived)
+        XCTAssertEqual(FileSink.size(of: kept.partialFile), kept.bytesReceived)
         let (result, _) = download(FileDownload(url: url, destination: destination), resumingFrom: kept)
         XCTAssertEqual(try? result.get(), destination)
         assertContent(of: destination)
@@ -446,7 +446,7 @@ final class ResumableDownloadTests: XCTestCase {
         XCTAssertEqual(completions.values.count, rounds)
         let states = completions.values.compactMap { $0 }
         for state in states {
-            XCTAssertEqual(FileTransfer.size(of: state.partialFile), state.bytesReceived, "a state describes the bytes on disk")
+            XCTAssertEqual(FileSink.size(of: state.partialFile), state.bytesReceived, "a state describes the bytes on disk")
             let bytes = try XCTUnwrap(FileManager.default.contents(atPath: state.partialFile.path))
             XCTAssertTrue(bytes == LoopbackResource.content(length: bytes.count), "and they are the resource's")
             state.discard()

@@ -176,7 +176,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     }
 
     /// Takes the policies of the queue the operation is added to. The default ignores them.
-    func adopt(_ queuePolicies: PolicyBox) {}
+    func adopt(_ queuePolicies: SharedPolicies) {}
 
     /// Called once the outcome is stored, with its error before `mapError` (`nil` on success); must call
     /// `runCompletion` exactly once, which schedules the completion handler. The default calls it at once.

@@ -15,8 +15,8 @@ import Foundation
 ///
 /// The file is handed to the operation with a complete body. Otherwise the operation calls ``detach()``, which
 /// stops the writes and says what is left on disk to resume from, removing what is of no use.
-final class FileTransfer: AttemptTransfer, @unchecked Sendable {
-    private weak var progressReceiver: (any AttemptReceiver)?
+final class FileSink: TransferSink, @unchecked Sendable {
+    private weak var progressCallbacks: (any AttemptCallbacks)?
     private let resuming: PartialFile?
     private let freshFile: URL
     // Guarded by `lock`: a rule or the operation may stop the transfer from another thread while a chunk is written.
@@ -36,11 +36,11 @@ final class FileTransfer: AttemptTransfer, @unchecked Sendable {
     private var isDetached = false
     private var isHandedOver = false
 
-    init(receiver: any AttemptReceiver, rules: TransferRules, freshFile: URL, resuming: PartialFile?) {
-        self.progressReceiver = receiver
+    init(callbacks: any AttemptCallbacks, rules: TransferRules, freshFile: URL, resuming: PartialFile?) {
+        self.progressCallbacks = callbacks
         self.freshFile = freshFile
         self.resuming = resuming
-        super.init(receiver: receiver, rules: rules)
+        super.init(callbacks: callbacks, rules: rules)
     }
 
     deinit {
@@ -119,7 +119,7 @@ final class FileTransfer: AttemptTransfer, @unchecked Sendable {
             try? FileManager.default.removeItem(at: resuming.file)
         }
         if offset > 0 {
-            progressReceiver?.transferred(completed: offset, expected: total)
+            progressCallbacks?.transferred(completed: offset, expected: total)
         }
         return true
     }
@@ -150,7 +150,7 @@ final class FileTransfer: AttemptTransfer, @unchecked Sendable {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
         } else if report {
             // Every 256 KiB: each report updates a Progress.
-            progressReceiver?.transferred(completed: total, expected: expected)
+            progressCallbacks?.transferred(completed: total, expected: expected)
         }
     }
 

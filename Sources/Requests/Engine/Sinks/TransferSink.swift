@@ -21,9 +21,9 @@ struct TransferRules: Sendable {
 /// slow `processResponse` or a large decode never delays another request on the same session).
 ///
 /// A rule that is broken ends the attempt at once with its error and cancels the task; the task's own completion
-/// is then ignored. Subclasses keep the body: ``MemoryTransfer`` in memory, `FileTransfer` in a file, `StreamTransfer` nowhere.
-class AttemptTransfer: @unchecked Sendable {
-    private weak var receiver: (any AttemptReceiver)?
+/// is then ignored. Subclasses keep the body: ``MemorySink`` in memory, `FileSink` in a file, `StreamSink` nowhere.
+class TransferSink: @unchecked Sendable {
+    private weak var callbacks: (any AttemptCallbacks)?
     let rules: TransferRules
     /// Guards the state below and the subclasses' state.
     let lock = NSLock()
@@ -45,8 +45,8 @@ class AttemptTransfer: @unchecked Sendable {
     private var movedAtWindowStart: Int64 = 0
     private var windowStart: DispatchTime?
 
-    init(receiver: any AttemptReceiver, rules: TransferRules) {
-        self.receiver = receiver
+    init(callbacks: any AttemptCallbacks, rules: TransferRules) {
+        self.callbacks = callbacks
         self.rules = rules
     }
 
@@ -126,19 +126,15 @@ class AttemptTransfer: @unchecked Sendable {
                 lock.lock()
                 metrics.redirectCount += 1
                 lock.unlock()
-                receiver?.redirected(response, to: request)
+                callbacks?.redirected(response, to: request)
             }
             return request
         }
     }
 
-    /// `request` if it may be sent after a redirect from `previousURL`, without the sensitive headers if it leaves
-    /// the origin; `nil` for a scheme other than http(s).
+    /// `request` if it may be sent after a redirect from `previousURL` (see ``Boundary/afterRedirect(_:from:sensitiveHeaders:)``).
     final func enforceRules(on request: URLRequest, from previousURL: URL?) -> URLRequest? {
-        guard let scheme = request.url?.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return nil }
-        return RedirectPolicy.origin(of: request.url) == RedirectPolicy.origin(of: previousURL)
-            ? request
-            : RedirectPolicy.removing(RedirectPolicy.alwaysSensitive + rules.sensitiveHeaders, from: request)
+        Boundary.afterRedirect(request, from: previousURL, sensitiveHeaders: rules.sensitiveHeaders)
     }
 
     // MARK: - For subclasses
@@ -288,180 +284,17 @@ class AttemptTransfer: @unchecked Sendable {
     }
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
-        let receiver = self.receiver
+        let callbacks = self.callbacks
         lock.lock()
         let metrics = self.metrics
         lock.unlock()
         DispatchQueue.global().async {
-            guard let receiver else {
+            guard let callbacks else {
                 body.discard()
                 return
             }
-            receiver.measured(metrics)
-            receiver.receive(body: body, response: response, error: error)
+            callbacks.measured(metrics)
+            callbacks.receive(body: body, response: response, error: error)
         }
     }
 }
-
-/// The callbacks of a task whose response body is kept in memory, up to the body limit: a data request's, or an
-/// upload's (which also reports the bytes sent as progress).
-final class MemoryTransfer: AttemptTransfer, @unchecked Sendable {
-    private weak var progressReceiver: (any AttemptReceiver)?
-    /// The upload's length when URLSession does not know it (a stream); `nil` for a request that is no upload.
-    private let uploadLength: Int64?
-    private var sent: Int64 = 0
-    private var received = Data()
-
-    init(receiver: any AttemptReceiver, rules: TransferRules, uploadLength: Int64? = nil) {
-        self.progressReceiver = receiver
-        self.uploadLength = uploadLength
-        super.init(receiver: receiver, rules: rules)
-    }
-
-    override func didSend(total: Int64, expected: Int64) {
-        lock.lock()
-        let sentBefore = sent
-        sent = total
-        lock.unlock()
-        moved(total - sentBefore)
-        let length = expected > 0 ? expected : (uploadLength ?? -1)
-        if length > 0, total >= length { bodySent() }
-        if let uploadLength {
-            progressReceiver?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
-        }
-    }
-
-    override func shouldAccept(_ response: URLResponse) -> Bool {
-        guard super.shouldAccept(response) else { return false }
-        // Bytes before these headers were the body of a response the session answered itself (a 401 whose
-        // challenge got a credential: Linux hands that body over too).
-        lock.lock()
-        received = Data()
-        lock.unlock()
-        return true
-    }
-
-    override func didReceive(_ data: Data) {
-        moved(Int64(data.count))
-        lock.lock()
-        guard !isOver else {
-            // Chunks already queued when a rule ended the attempt, or a body that a refusal at its headers did not stop.
-            lock.unlock()
-            receivedAfterStop()
-            return
-        }
-        let fits = rules.limits.maximumBodySize.map { Int64(received.count + data.count) <= $0 } ?? true
-        if fits { received.append(data) }
-        lock.unlock()
-        if !fits, let limit = rules.limits.maximumBodySize {
-            stop(with: TransferLimitError.responseTooLarge(limit: limit))
-        }
-    }
-
-    override func dropBody() {
-        lock.lock()
-        received = Data()
-        lock.unlock()
-    }
-
-    override func didComplete(response: URLResponse?, error: Error?) {
-        lock.lock()
-        let body = received
-        received = Data()
-        lock.unlock()
-        finish(body: .data(body), response: response, error: error)
-    }
-}
-
-/// Watches the transfers that have a minimum speed, with one timer for all of them that runs only while there
-/// are any: a request costs an insertion and a removal, not a timer of its own.
-final class TransferWatchdog: @unchecked Sendable {
-    static let shared = TransferWatchdog()
-
-    private let lock = NSLock()
-    private var watched: [ObjectIdentifier: AttemptTransfer] = [:]
-    private var timer: DispatchSourceTimer?
-
-    func watch(_ transfer: AttemptTransfer) {
-        lock.lock()
-        defer { lock.unlock() }
-        watched[ObjectIdentifier(transfer)] = transfer
-        guard timer == nil else { return }
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
-        timer.setEventHandler { [weak self] in self?.tick() }
-        timer.resume()
-        self.timer = timer
-    }
-
-    private func tick() {
-        lock.lock()
-        let transfers = Array(watched.values)
-        lock.unlock()
-        let now = DispatchTime.now()
-        let done = transfers.filter { !$0.checkSpeed(now: now) }.map(ObjectIdentifier.init)
-        lock.lock()
-        done.forEach { watched[$0] = nil }
-        if watched.isEmpty {
-            timer?.cancel()
-            timer = nil
-        }
-        lock.unlock()
-    }
-}
-
-/// Cancels `task` a moment later, unless it has completed by then.
-///
-/// `URLSessionTask.cancel()` waits for the session's internal queue (about a millisecond on Linux), so it runs
-/// on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl, and the queue
-/// would start (and send) the requests it had not reached yet. And on Linux, cancelling a task while it
-/// fails or finishes crashes Foundation (`TaskRegistry.swift:118`, "a behaviour for a task that is not in the
-/// registry"; 2 of 2 soak runs of 100,000 requests with 5 % cancellations and 1 % server faults crashed before
-/// this wait). A task in that state completes within milliseconds, and `cancel()` ignores a completed task, so
-/// waiting 50 ms leaves the race only to tasks that begin to fail in the instant of the cancellation. The cost:
-/// a cancelled task goes on for 50 ms (a short upload may finish meanwhile). On Apple platforms the task is
-/// cancelled at once (on a global queue still), so that a cancelled request is not sent.
-func cancelSoon(_ task: URLSessionTask) {
-    #if canImport(FoundationNetworking)
-    DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
-        guard !PendingRedirects.deferCancel(of: task) else { return }
-        task.cancel()
-    }
-    #else
-    DispatchQueue.global().async {
-        task.cancel()
-    }
-    #endif
-}
-
-#if canImport(FoundationNetworking)
-/// The tasks whose redirect is being ruled on. Foundation on Linux crashes when a task is cancelled while it waits
-/// for the answer to a redirect and the answer comes after ("Received callback for HTTP redirection, but we're not
-/// waiting for it"), and a ruling may take its time (a custom policy, the monitors). So a cancel meanwhile is held
-/// back, and made once the answer has been handed over: Foundation queues the answer on the task's work queue,
-/// ahead of the cancel.
-enum PendingRedirects {
-    private static let lock = NSLock()
-    /// Per task: whether a cancel was held back.
-    nonisolated(unsafe) private static var rulings: [ObjectIdentifier: Bool] = [:]
-
-    static func begin(_ task: URLSessionTask) {
-        lock.withLock { rulings[ObjectIdentifier(task)] = false }
-    }
-
-    /// Call after the answer has been handed to Foundation.
-    static func end(_ task: URLSessionTask) {
-        let cancelWanted = lock.withLock { rulings.removeValue(forKey: ObjectIdentifier(task)) ?? false }
-        if cancelWanted { cancelSoon(task) }
-    }
-
-    /// Whether `task` is waiting for a ruling; if so, it is cancelled when the ruling ends.
-    static func deferCancel(of task: URLSessionTask) -> Bool {
-        lock.withLock {
-            guard rulings[ObjectIdentifier(task)] != nil else { return false }
-            rulings[ObjectIdentifier(task)] = true
-            return true
-        }
-    }
-}
-#endif

@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Runs a ``DownloadRequest`` with a data task whose body Requests writes to a file of its own as it arrives (see
-/// `FileTransfer`), so that memory stays flat and the file is always Requests' to keep, move, append to or remove.
+/// `FileSink`), so that memory stays flat and the file is always Requests' to keep, move, append to or remove.
 ///
 /// Not a download task: on Linux Foundation never deletes a download task's temporary file, not even after a
 /// failure or a cancellation, gives no resume data, and does not name the file until the download has succeeded.
@@ -25,10 +25,9 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     /// The bytes earlier attempts (or a ``ResumeState``) left, between attempts.
     private var partial: PartialFile?
     /// The current attempt's transfer, until it is detached.
-    private var transfer: FileTransfer?
+    private var transfer: FileSink?
     private var keepsPartialFile = false
     private var keepsPartialFileOnCancel = false
-    private var hasRestartedFromZero = false
     private var sentRange = false
     private var resumeDestination: URL?
     private var storedResumeState: ResumeState?
@@ -60,18 +59,20 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     // MARK: - Each attempt
 
-    override var usesResponseCache: Bool {
+    override var transfersInMemory: Bool {
         false
     }
 
-    override func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
-        var urlRequest = urlRequest
+    /// Asks for the bytes as they are on disk (`Accept-Encoding: identity`, unless the request sets its own) and, when
+    /// earlier bytes can be continued, for the rest (`Range`, `If-Range`); a `206` then stands for the `200`.
+    override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
         // The request's own code, read outside the lock.
         let destination = currentRequest?.destination
         if urlRequest.value(forHTTPHeaderField: "Accept-Encoding") == nil {
             urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         }
-        let resumable = withLock { partial }.flatMap { Self.resumable($0, for: urlRequest) }
+        let request = urlRequest
+        let resumable = withLock { partial }.flatMap { Self.resumable($0, for: request) }
         if let resumable {
             urlRequest.setValue("bytes=\(resumable.bytes)-", forHTTPHeaderField: "Range")
             urlRequest.setValue(resumable.validator.headerValue, forHTTPHeaderField: "If-Range")
@@ -85,8 +86,8 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             resumeDestination = destination
             return true
         }
-        guard current != nil else { return }
-        super.send(urlRequest, credential: credential)
+        guard current != nil else { return nil }
+        return StatusRule(validCodes: validCodes, partialContinuesWhole: resumable != nil)
     }
 
     /// `partial` as the next attempt can continue it: cut to the bytes that are really on disk (someone may have
@@ -94,7 +95,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     /// there is nothing to continue, or the request already asks for a range of its own.
     private static func resumable(_ partial: PartialFile, for urlRequest: URLRequest) -> PartialFile? {
         guard (urlRequest.httpMethod ?? "GET").uppercased() == "GET", urlRequest.value(forHTTPHeaderField: "Range") == nil else { return nil }
-        var bytes = min(FileTransfer.size(of: partial.file), partial.bytes)
+        var bytes = min(FileSink.size(of: partial.file), partial.bytes)
         if let length = partial.expectedLength, bytes >= length { bytes = length - 1 }
         guard bytes > 0 else { return nil }
         do {
@@ -109,15 +110,15 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         return resumable
     }
 
-    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
         let resuming = withLock { sentRange ? partial : nil }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
-        let transfer = FileTransfer(receiver: receiver, rules: rules, freshFile: file, resuming: resuming)
+        let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)
         withLock { self.transfer = transfer }
         return TransferSession.task(on: session, handler: transfer) { $0.dataTask(with: urlRequest) }
     }
 
-    override func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
+    override func transferEnded(body: ResponseBody, response: URLResponse?, error: Error?) -> Bool {
         // What the attempt left on disk becomes the next attempt's to continue. Under the lock, so that a
         // cancellation deciding about those bytes (`willDeliver`) sees them either here or in the transfer.
         _ = ifNotCompleted {
@@ -126,35 +127,18 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
                 self.transfer = nil
             }
         }
-        super.receive(body: body, response: response, error: error)
+        return true
     }
 
-    override func acceptsStatus(_ status: Int, of request: R) -> Bool {
-        // A resumed attempt's 206 stands for the 200 it continues.
-        if status == 206, withLock({ sentRange }) {
-            return request.validHTTPStatusCodes.contains(200) || request.validHTTPStatusCodes.contains(206)
-        }
-        return super.acceptsStatus(status, of: request)
-    }
-
-    override func attemptFailed(_ attempt: RequestAttempt, with failure: Error, response: HTTPURLResponse?, duration: TimeInterval) {
-        guard case .rangeMismatch? = failure as? DownloadError else {
-            super.attemptFailed(attempt, with: failure, response: response, duration: duration)
-            return
-        }
-        // The bytes on disk cannot be continued: start again from zero, once.
-        let restart: Bool = withLock {
+    /// Bytes on disk that the server's range does not fit cannot be continued: they go, and the download starts again
+    /// from zero (once; see ``ReattemptReason/rangeRestart``).
+    override func transferReattempt(after failure: Error) -> ReattemptReason? {
+        guard case .rangeMismatch? = failure as? DownloadError else { return nil }
+        withLock {
             if let partial { try? FileManager.default.removeItem(at: partial.file) }
             partial = nil
-            defer { hasRestartedFromZero = true }
-            return !hasRestartedFromZero
         }
-        guard restart else {
-            super.attemptFailed(attempt, with: failure, response: response, duration: duration)
-            return
-        }
-        emit(.didFail(attempt, failure, duration: duration))
-        scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: false)
+        return .rangeRestart
     }
 
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
@@ -180,81 +164,6 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         if let discarded { try? FileManager.default.removeItem(at: discarded) }
         super.willDeliver(error, then: runCompletion)
     }
-
-    // MARK: - The file
-
-    override func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<URL> {
-        guard case let .file(file) = body else {
-            throw RequestQueueError.misuse("a download received no file")
-        }
-        try Self.verify(file, response: response, integrity: request.integrity)
-        let fileManager = FileManager.default
-        let destination = try request.destination ?? Self.defaultDestination(for: response)
-        let options = request.downloadOptions
-        let folder = destination.deletingLastPathComponent()
-        if options.contains(.createIntermediateDirectories) {
-            try fileManager.createDirectory(at: folder, withIntermediateDirectories: true)
-        }
-        // Moved next to the destination first (a copy, across file systems), and renamed into place only in the
-        // step that claims the outcome, so that a cancellation that wins leaves the destination as it was.
-        let sibling = folder.appendingPathComponent(".Requests-download-\(UUID().uuidString)")
-        try fileManager.moveItem(at: file, to: sibling)
-        let replace = options.contains(.replaceExistingFile)
-        return Processed(
-            value: destination,
-            commit: {
-                do {
-                    if replace {
-                        // rename(2) replaces an existing file atomically.
-                        guard rename(sibling.path, destination.path) == 0 else {
-                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-                        }
-                    } else {
-                        // link(2) fails if the destination exists, atomically, so two downloads cannot both win.
-                        guard link(sibling.path, destination.path) == 0 else {
-                            if errno == EEXIST {
-                                throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
-                            }
-                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-                        }
-                        unlink(sibling.path)
-                    }
-                } catch {
-                    unlink(sibling.path)
-                    throw error
-                }
-            },
-            abandon: { try? fileManager.removeItem(at: sibling) }
-        )
-    }
-
-    /// Checks the file against `integrity`, and a resumed download against the whole length its server announced.
-    private static func verify(_ file: URL, response: HTTPURLResponse, integrity: DownloadIntegrity?) throws {
-        let size = FileTransfer.size(of: file)
-        let announced = response.statusCode == 206 ? ContentRange(response.value(forHTTPHeaderField: "Content-Range"))?.length : nil
-        for expected in [announced, integrity?.length].compactMap({ $0 }) where expected != size {
-            throw DownloadError.lengthMismatch(expected: expected, actual: size)
-        }
-        if let sha256 = integrity?.sha256 {
-            let actual = try SHA256.hexDigest(ofFileAt: file)
-            guard actual == sha256.lowercased() else {
-                throw DownloadError.checksumMismatch(expected: sha256.lowercased(), actual: actual)
-            }
-        }
-    }
-
-    private static func defaultDestination(for response: HTTPURLResponse) throws -> URL {
-        // Linux answers "Unknown" when the response suggests no name.
-        let suggested = response.suggestedFilename.flatMap { $0.isEmpty || $0 == "Unknown" ? nil : $0 }
-        let name = suggested ?? response.url?.lastPathComponent.nonEmpty ?? "download"
-        return FileManager.default.temporaryDirectory
-            .appendingPathComponent("Requests-Downloads-\(UUID().uuidString)", isDirectory: true)
-            .appendingPathComponent((name as NSString).lastPathComponent)
-    }
-}
-
-extension String {
-    fileprivate var nonEmpty: String? { isEmpty || self == "/" ? nil : self }
 }
 
 extension OperationQueue {

@@ -3,7 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's `AttemptTransfer`.
+/// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's `TransferSink`.
 ///
 /// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12): the
 /// caller's session and its delegate stay in charge of everything the handler does not answer, such as
@@ -25,7 +25,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
-    static func task(on base: URLSession, handler: AttemptTransfer, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
+    static func task(on base: URLSession, handler: TransferSink, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
         let delegate: TransferSession
         let task: URLSessionTask
         #if canImport(FoundationNetworking)
@@ -82,16 +82,16 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     private let lock = NSLock()
-    private var handlers: [Int: AttemptTransfer] = [:]
+    private var handlers: [Int: TransferSink] = [:]
 
     /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
-    private func register(_ handler: AttemptTransfer, for task: URLSessionTask) {
+    private func register(_ handler: TransferSink, for task: URLSessionTask) {
         lock.lock()
         defer { lock.unlock() }
         handlers[task.taskIdentifier] = handler
     }
 
-    private func handler(for task: URLSessionTask, removing: Bool = false) -> AttemptTransfer? {
+    private func handler(for task: URLSessionTask, removing: Bool = false) -> TransferSink? {
         lock.lock()
         defer { lock.unlock() }
         return removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier]

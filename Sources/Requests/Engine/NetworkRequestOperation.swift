@@ -3,44 +3,58 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Runs a ``NetworkRequest``: builds the `URLRequest`, passes it through the ``RequestPolicies`` (adapters,
-/// authenticator, then the header check and preconditions), sends it, validates the status code and the response,
-/// and turns the body into `Success`. Each kind of request has its subclass: ``DataRequestOperation`` (and the
-/// decodable, no-content, download and upload ones) and ``StreamRequestOperation``.
+/// Runs a ``NetworkRequest``: the engine every request kind shares. One request, top to bottom:
 ///
-/// A failed attempt may be sent again inside this same operation: after a backoff, by the
-/// ``RetryPolicy``, or once after a token refresh, by the ``TokenAuthenticator``. Each attempt builds its
-/// `URLRequest` again. Dependents wait for the final outcome.
+/// 1. **Prepare** (`Prepare.swift`): `makeURLRequest`, the adapters, the authenticator, the headers the transfer
+///    adds (`Range`, `Last-Event-ID`, …), then one final check of the request as it will be sent (`Boundary`).
+/// 2. **Send** (this file): the response cache may answer or add validators (`CachingStage.swift`); otherwise a task
+///    whose body goes to the transfer's sink (`Sinks/`), on the transfer session (`Transport/`).
+/// 3. **Interpret** (`Interpret.swift`): the attempt's status rule, the validations, then the body interpreter that
+///    the request's kind chose (JSON with the empty-body rules, text, no content, data, a download's file).
+/// 4. **Decide** (`Reattempt.swift`): finish, or attempt again after a delay for a reason (a retry, a token refresh,
+///    a cache reload, a range restart, a stream's reconnection), each with its own count.
+///
+/// Each kind of request has its operation class: ``DataRequestOperation`` (and the decodable, no-content, upload and
+/// download ones) and ``StreamRequestOperation``. They differ only in their parts: the body interpreter, chosen from the
+/// request's kind, and the transfer (memory, file, stream). Dependents wait for the final outcome.
 ///
 /// Cancelling it cancels the `URLSessionTask` (or the backoff, or the wait for a refresh) and completes at
 /// once with ``RequestQueueError/cancelled``, without waiting for the server. After it finishes it holds no
 /// request, task or completion handler.
-open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Success, R.Failure>, @unchecked Sendable {
+public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Success, R.Failure>, @unchecked Sendable {
     /// The session the request is sent on.
     public let session: URLSession
     /// The request's identifier.
     public let identifier: String
+    /// Turns an accepted response's body into `Success`; chosen from the request's kind.
+    let interpreter: BodyInterpreter<R>
 
     // All guarded by the lock of `AsyncOperation`.
     var request: R?
     /// The request's own policies on top of its queue's.
-    var policyBox: PolicyBox
+    var sharedPolicies: SharedPolicies
     /// Everything about running the request, created when it starts: a queued operation stays small.
-    var lazyRun: Run?
+    var lazyRun: RunState?
 
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
     /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
     /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
-    public init(
+    public convenience init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,
         completion: R.CompletionType? = nil
     ) {
+        self.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
+    }
+
+    /// Creates an operation whose responses `interpreter` turns into `Success`.
+    init(request: R, session: URLSession, completionQueue: DispatchQueue?, completion: R.CompletionType?, interpreter: BodyInterpreter<R>) {
         self.session = session
         self.identifier = request.identifier
         self.request = request
-        self.policyBox = PolicyBox.none.adding(request)
+        self.interpreter = interpreter
+        self.sharedPolicies = SharedPolicies.none.adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
@@ -65,25 +79,27 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         withLock { run.taskObserver = observer }
     }
 
-    override final func adopt(_ queuePolicies: PolicyBox) {
+    override final func adopt(_ queuePolicies: SharedPolicies) {
         // The request's properties are user code: read outside the lock.
         guard let request = withLock({ request }) else { return }
         let policies = queuePolicies.adding(request)
-        withLock { policyBox = policies }
+        withLock { sharedPolicies = policies }
     }
 
     /// Must be called under the lock.
     var policies: RequestPolicies {
-        policyBox.policies
+        sharedPolicies.policies
     }
 
     /// Must be called under the lock.
-    var run: Run {
+    var run: RunState {
         if let lazyRun { return lazyRun }
-        let run = Run()
+        let run = RunState()
         lazyRun = run
         return run
     }
+
+    // MARK: - Start, cancel, end
 
     /// Starts the first attempt, and the clock of the request's deadline.
     public final override func execute() {
@@ -97,8 +113,8 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             let deadline = min(max(deadline, 0), 1e9)
             let timer = DispatchSource.makeTimerSource(queue: .global())
             timer.schedule(deadline: .now() + deadline, leeway: .milliseconds(10))
-            let receiver: any AttemptReceiver = self
-            timer.setEventHandler { [weak receiver] in receiver?.deadlinePassed(deadline) }
+            let callbacks: any AttemptCallbacks = self
+            timer.setEventHandler { [weak callbacks] in callbacks?.deadlinePassed(deadline) }
             // Resumed before it can be dropped: releasing a dispatch source that was never resumed crashes.
             timer.resume()
             guard ifNotCompleted({ run.deadline = timer }) != nil else {
@@ -136,7 +152,8 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             lazyRun?.sentRequest = nil
             lazyRun?.credential = nil
             lazyRun?.taskObserver = nil
-            policyBox = .none
+            lazyRun?.cachedAttempt = nil
+            sharedPolicies = .none
         }
     }
 
@@ -156,9 +173,20 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         emit(.didFinish(summary, then: runCompletion))
     }
 
-    // MARK: - Sending and receiving
+    // MARK: - 2. Send
 
+    /// Sends the prepared, checked request: through the response cache when it applies (which may answer instead),
+    /// else as a task of the transfer's kind.
     func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        guard let cache = withLock({ transfersInMemory ? policies.responseCache : nil }) else {
+            transmit(urlRequest, credential: credential)
+            return
+        }
+        sendThroughCache(cache, urlRequest, credential: credential)
+    }
+
+    /// Creates the attempt's task and resumes it.
+    func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         guard
             let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
                 run.sentRequest = urlRequest
@@ -174,7 +202,7 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         let task: URLSessionTask
         do {
             try TransferSession.checkSupported(session)
-            task = try makeTask(for: urlRequest, rules: rules, receiver: self)
+            task = try makeTask(for: urlRequest, rules: rules, callbacks: self)
         } catch {
             complete(with: .failure(error))
             return
@@ -199,26 +227,6 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         }
     }
 
-    /// The task for one attempt, which reports to `receiver` under `rules`: by default a data task whose body is
-    /// kept in memory. Transfers override it. On Linux a request that must ignore the local cache has its cached
-    /// entry removed first (URLSession there serves it whatever the policy says).
-    func makeTask(for urlRequest: URLRequest, rules: TransferRules, receiver: any AttemptReceiver) throws -> URLSessionTask {
-        #if canImport(FoundationNetworking)
-        if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
-            session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
-        }
-        #endif
-        return TransferSession.task(on: session, handler: MemoryTransfer(receiver: receiver, rules: rules)) {
-            $0.dataTask(with: urlRequest)
-        }
-    }
-
-    /// Turns a body that passed the status check and the validations into the success value. Each kind of request
-    /// overrides it; this one fails with ``RequestQueueError/misuse(_:)``.
-    func process(_ body: ResponseBody, response: HTTPURLResponse, sent: URLRequest, of request: R) throws -> Processed<R.Success> {
-        throw RequestQueueError.misuse("\(type(of: self)) cannot process a response body")
-    }
-
     func measured(_ metrics: TransferMetrics) {
         withLock {
             guard !isCompletedUnderLock else { return }
@@ -233,11 +241,25 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
         updateProgress(completed: completed, total: expected)
     }
 
+    /// The attempt's transfer ended (or the cache answered it): the transfer takes what is its own, the cache
+    /// stage what is its own, and the rest is interpreted.
     func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
-        let state = ifNotCompleted {
-            (request, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), policies.validations)
+        guard transferEnded(body: body, response: response, error: error) else { return }
+        if let cached = withLock({ lazyRun?.takeCachedAttempt() }) {
+            receiveThroughCache(cached, body: body, response: response, error: error)
+        } else {
+            finishAttempt(body: body, response: response, error: error)
         }
-        guard let (request, attempt, duration, validations) = state, let request, let attempt else {
+    }
+
+    // MARK: - 3. Interpret, then 4. decide
+
+    /// Reports the response, interprets it, and completes with the value or decides what follows the failure.
+    func finishAttempt(body: ResponseBody, response: URLResponse?, error: Error?) {
+        let state = ifNotCompleted {
+            (request, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), policies.validations, run.statusRule)
+        }
+        guard let (request, attempt, duration, validations, rule) = state, let request, let attempt else {
             body.discard()
             return
         }
@@ -249,69 +271,55 @@ open class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succes
             }
             emit(.didReceive(attempt, httpResponse, bodyBytes: body.count, duration: duration))
         }
-        let processed = outcome(of: request, sent: attempt.urlRequest, body: body, response: response, error: error, validations: validations)
-        // A closure, not `\.value`: in generic code a key path is built again on every call (11 µs; profiled).
-        let outcome = processed.map { $0.value }
-        if case let .success(success) = processed {
-            if !complete(with: outcome, committing: success.commit) {
+        let processed = interpret(
+            body, response: response, error: error, sent: attempt.urlRequest, request: request, rule: rule, validations: validations
+        )
+        switch processed {
+        case let .success(success):
+            // A closure, not `\.value`: in generic code a key path is built again on every call (11 µs; profiled).
+            if !complete(with: processed.map { $0.value }, committing: success.commit) {
                 success.abandon?()
             }
-            return
-        }
-        if case let .failure(failure) = outcome {
-            attemptFailed(attempt, with: failure, response: httpResponse, duration: duration)
+        case let .failure(failure):
+            decide(after: failure, attempt: attempt, response: httpResponse, duration: duration)
         }
     }
 
-    /// After a failed attempt: sends again (after a token refresh, or as the retry policy says), or completes with
-    /// the failure.
-    func attemptFailed(_ attempt: RequestAttempt, with failure: Error, response: HTTPURLResponse?, duration: TimeInterval) {
-        guard (failure as? URLError)?.code != .cancelled else {
-            complete(with: .failure(failure))
-            return
-        }
-        emit(.didFail(attempt, failure, duration: duration))
-        if !reauthenticate(after: failure, attempt: attempt),
-            !retry(after: failure, attempt: attempt, response: response)
-        {
-            complete(with: .failure(failure))
-        }
+    // MARK: - The transfer's part (the download and stream operations have their own)
+
+    /// Whether the body is kept in memory, so that the response cache applies (not to uploads, downloads or streams).
+    var transfersInMemory: Bool {
+        !(R.self is any UploadRequest.Type)
     }
 
-    /// Whether `status` passes the status check: by default, whether it is one of the request's valid codes.
-    func acceptsStatus(_ status: Int, of request: R) -> Bool {
-        request.validHTTPStatusCodes.contains(status)
+    /// Adds the headers the transfer needs to the prepared request, and returns the statuses the attempt accepts;
+    /// `nil` when the operation has completed meanwhile. Runs before the final check, so that it sees them.
+    func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
+        StatusRule(validCodes: validCodes)
     }
 
-    /// Whether a failed attempt may be followed by another (a retry, or a resend after a token refresh). A stream
-    /// says no once it has delivered an element.
-    func mayAttemptAgain() -> Bool {
+    /// The task for one attempt, whose callbacks go to the transfer's sink: a body kept in memory (see `MemorySink`).
+    func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
+        // An upload's body is the request's code: read outside the lock.
+        let upload = currentRequest.flatMap { ($0 as? any UploadRequest)?.uploadBody }
+        return try MemorySink.task(for: urlRequest, uploading: upload, on: session, rules: rules, callbacks: callbacks)
+    }
+
+    /// The attempt's task ended: returns whether its outcome is to be interpreted (a stream's is its own).
+    func transferEnded(body: ResponseBody, response: URLResponse?, error: Error?) -> Bool {
         true
     }
 
-    /// The outcome of an attempt; a body that is not processed is discarded.
-    func outcome(
-        of request: R, sent: URLRequest, body: ResponseBody, response: URLResponse?, error: Error?, validations: [ResponseValidation]
-    ) -> Result<Processed<R.Success>, Error> {
-        let outcome: Result<Processed<R.Success>, Error> = Result {
-            if let error { throw error }
-            guard let httpResponse = response as? HTTPURLResponse else {
-                throw RequestQueueError.nonHTTPResponse(response)
-            }
-            guard acceptsStatus(httpResponse.statusCode, of: request) else {
-                throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
-            }
-            for validation in validations {
-                try validation.validate(sent, response: httpResponse, body: body.inMemory)
-            }
-            return try process(body, response: httpResponse, sent: sent, of: request)
-        }
-        if case .failure = outcome {
-            body.discard()
-        }
-        return outcome
+    /// Why the transfer itself sends again after `failure` (a download's range restart), if it does.
+    func transferReattempt(after failure: Error) -> ReattemptReason? {
+        nil
     }
 
+    /// Whether a failed attempt may be followed by a retry or a resend after a token refresh. A stream says no once
+    /// it has delivered an element.
+    func mayAttemptAgain() -> Bool {
+        true
+    }
 }
 
-extension NetworkRequestOperation: AttemptReceiver {}
+extension NetworkRequestOperation: AttemptCallbacks {}

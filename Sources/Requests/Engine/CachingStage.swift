@@ -10,16 +10,17 @@ struct CachedAttempt {
     let requestTime: Date
 }
 
-/// The ``ResponseCache`` around a data request's attempt: before it, a fresh hit answers without the network and a
-/// stale entry adds its validators; after it, a `304` is answered with the stored body and a storable response is
-/// stored. Either way the body goes through the operation's status check, validations and `processResponse`.
-extension DataRequestOperation {
+/// The ``ResponseCache`` as a stage around a send whose body is kept in memory: before it, a fresh hit answers without
+/// the network and a stale entry adds its validators; after it, a `304` is answered with the stored body and a
+/// storable response is stored. Either way the body is interpreted like any other (status rule, validations, kind).
+extension NetworkRequestOperation {
     func sendThroughCache(_ cache: ResponseCache, _ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         // The request's own code, read outside the lock.
         let requested = currentRequest?.cacheUse ?? .useCache
-        let use: CacheUse = withLock { reloadsCache } ? .reload : requested
+        let reloads = withLock { run.reattempts[.cacheReload, default: 0] > 0 }
+        let use: CacheUse = reloads ? .reload : requested
         guard use != .bypass else {
-            super.send(urlRequest, credential: credential)
+            transmit(urlRequest, credential: credential)
             return
         }
         let now = Date()
@@ -34,12 +35,12 @@ extension DataRequestOperation {
         }
         let conditional = entry?.conditional(urlRequest)
         let attempt: RequestAttempt? = ifNotCompleted {
-            cachedAttempt = CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now)
+            run.cachedAttempt = CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now)
             return currentAttempt(sending: conditional ?? urlRequest)
         }
         guard let attempt else { return }
         emit(.cache(attempt, .miss(revalidating: conditional != nil)))
-        super.send(conditional ?? urlRequest, credential: credential)
+        transmit(conditional ?? urlRequest, credential: credential)
     }
 
     /// Answers the attempt with `entry`, without the network.
@@ -61,30 +62,29 @@ extension DataRequestOperation {
     func receiveThroughCache(_ cached: CachedAttempt, body: ResponseBody, response: URLResponse?, error: Error?) {
         let sent = withLock { run.sentRequest }
         guard error == nil, let sent, let http = response as? HTTPURLResponse, case let .data(data) = body else {
-            super.receive(body: body, response: response, error: error)
+            finishAttempt(body: body, response: response, error: error)
             return
         }
         let now = Date()
         let attempt = withLock { currentAttempt(sending: sent) }
         if http.statusCode == 304, let entry = cached.entry {
             let newTag = http.value(forHTTPHeaderField: "ETag")
-            if let newTag, let storedTag = entry.header("ETag"), newTag != storedTag {
+            if let newTag, let storedTag = entry.header("ETag"), newTag != storedTag, hasReattemptsLeft(.cacheReload) {
                 // RFC 9111 §4.3.4: a 304 for another representation cannot freshen this one. Fetch it whole.
                 cached.cache.remove(for: sent)
-                withLock { reloadsCache = true }
-                scheduleNextAttempt(after: 0, failed: attempt, isResendAfterRefresh: false)
+                attemptAgain(.cacheReload, after: 0, failed: attempt)
                 return
             }
             let refreshed = entry.refreshed(by: http, requestTime: cached.requestTime, responseTime: now)
             cached.cache.replace(refreshed, for: sent)
             emit(.cache(attempt, .revalidated))
-            super.receive(body: .data(refreshed.body), response: refreshed.httpResponse() ?? http, error: nil)
+            finishAttempt(body: .data(refreshed.body), response: refreshed.httpResponse() ?? http, error: nil)
             return
         }
         cached.cache.invalidate(after: sent, status: http.statusCode)
         if cached.cache.store(data, response: http, for: sent, requestTime: cached.requestTime, responseTime: now) {
             emit(.cache(attempt, .stored))
         }
-        super.receive(body: body, response: response, error: error)
+        finishAttempt(body: body, response: response, error: error)
     }
 }

@@ -1,0 +1,124 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Which statuses an attempt accepts, as data: the request's valid codes, and what the transfer adds. Set when the
+/// attempt is prepared, and read by both the interpreter and a stream's transfer, so that they cannot disagree.
+struct StatusRule: Sendable {
+    /// The request's ``NetworkRequest/validHTTPStatusCodes``, or a stream reconnection's `200` and `204`.
+    var validCodes: [Int]
+    /// A resumed download's `206` stands for the `200` it continues.
+    var partialContinuesWhole = false
+
+    func accepts(_ status: Int) -> Bool {
+        if partialContinuesWhole, status == 206 {
+            return validCodes.contains(200) || validCodes.contains(206)
+        }
+        return validCodes.contains(status)
+    }
+}
+
+/// Turns the body of a response that passed the ``StatusRule`` and the validations into `Success`: a value chosen
+/// once, from the request's kind (JSON with the empty-body rules, no content, text, data, a download's file), so
+/// that it is the same whatever transfer carried the body (memory, an upload's, a file).
+struct BodyInterpreter<R: NetworkRequest> {
+    let interpret: (_ body: ResponseBody, _ response: HTTPURLResponse, _ sent: URLRequest, _ request: R) throws -> Processed<R.Success>
+
+    /// For an operation whose kind has no body to interpret (a stream's elements are decoded as they arrive).
+    static var unsupported: BodyInterpreter {
+        BodyInterpreter { _, _, _, _ in
+            throw RequestQueueError.misuse("\(R.self) has no response body to interpret")
+        }
+    }
+}
+
+extension BodyInterpreter where R: DataRequest {
+    /// The interpreter of `request`'s kind: a download's file is checked and committed to its destination; any other
+    /// body is kept in memory and goes to ``DataRequest/processResponse(_:response:)``, after the empty-body rules of
+    /// a ``DecodableRequest``.
+    static func forKind(of request: R) -> BodyInterpreter {
+        if R.self is any DownloadRequest.Type {
+            return BodyInterpreter { body, response, _, request in
+                guard let download = request as? any DownloadRequest else {
+                    throw RequestQueueError.misuse("\(R.self) is not a download")
+                }
+                let placed = try DownloadPlacement.place(body, response: response, for: download)
+                guard let value = placed.value as? R.Success else {
+                    throw RequestQueueError.misuse("\(R.self) does not succeed with a URL")
+                }
+                return Processed(value: value, commit: placed.commit, abandon: placed.abandon)
+            }
+        }
+        let emptyBody = (request as? any DecodableRequest).map { EmptyBodyRule<R.Success>($0) }
+        return BodyInterpreter { body, response, sent, request in
+            guard case let .data(data) = body else {
+                throw RequestQueueError.misuse("\(R.self) received a file it cannot process")
+            }
+            guard let emptyBody else {
+                return Processed(value: try request.processResponse(data, response: response))
+            }
+            return Processed(value: try emptyBody.value(of: data, response: response, sent: sent, processing: request))
+        }
+    }
+}
+
+/// A ``DecodableRequest``'s rules for an empty body: `Success`'s empty value for the statuses and methods the request
+/// lists, when `Success` can be empty; ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)`` otherwise.
+struct EmptyBodyRule<Success> {
+    let statusCodes: Set<Int>
+    let methods: Set<HTTPMethod>
+
+    init(_ request: any DecodableRequest) {
+        statusCodes = request.emptyResponseStatusCodes
+        methods = request.emptyResponseMethods
+    }
+
+    func value<R: DataRequest>(of data: Data, response: HTTPURLResponse, sent: URLRequest, processing request: R) throws -> Success
+    where R.Success == Success {
+        guard data.isEmpty else { return try request.processResponse(data, response: response) }
+        let method = HTTPMethod(rawValue: sent.httpMethod ?? "GET")
+        if statusCodes.contains(response.statusCode) || methods.contains(method),
+            let empty = (Success.self as? EmptyResponse.Type)?.emptyValue() as? Success
+        {
+            return empty
+        }
+        do {
+            return try request.processResponse(data, response: response)
+        } catch RequestQueueError.didNotReceiveData {
+            throw RequestQueueError.unexpectedEmptyBody(statusCode: response.statusCode, method: method.rawValue)
+        }
+    }
+}
+
+extension NetworkRequestOperation {
+    /// The outcome of an attempt that got a response: the status rule, the validations, then the body interpreter.
+    /// A body that is not turned into a value is discarded.
+    func interpret(
+        _ body: ResponseBody, response: URLResponse?, error: Error?, sent: URLRequest, request: R, rule: StatusRule, validations: [ResponseValidation]
+    ) -> Result<Processed<R.Success>, Error> {
+        let outcome: Result<Processed<R.Success>, Error> = Result {
+            if let error { throw error }
+            guard let httpResponse = response as? HTTPURLResponse else {
+                throw RequestQueueError.nonHTTPResponse(response)
+            }
+            guard rule.accepts(httpResponse.statusCode) else {
+                throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
+            }
+            try Self.validate(httpResponse, sent: sent, body: body.inMemory, with: validations)
+            return try interpreter.interpret(body, httpResponse, sent, request)
+        }
+        if case .failure = outcome {
+            body.discard()
+        }
+        return outcome
+    }
+
+    /// Runs the queue's and the request's validations, in order, on a response whose status was accepted. A stream's
+    /// response is validated with an empty body, before any of it is decoded.
+    static func validate(_ response: HTTPURLResponse, sent: URLRequest, body: Data, with validations: [ResponseValidation]) throws {
+        for validation in validations {
+            try validation.validate(sent, response: response, body: body)
+        }
+    }
+}

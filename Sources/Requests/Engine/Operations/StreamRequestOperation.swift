@@ -1,0 +1,272 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Runs a ``StreamRequest``: every policy of other requests (adapters, the authenticator, preconditions, monitors,
+/// the redirect policy and the limits), then the body handed over as it arrives, decoded by the request's decoder,
+/// one element at a time; and, when the request has a ``ReconnectPolicy``, reconnections.
+///
+/// The order of one connection: the response's status is checked (a status the request does not accept fails
+/// with ``RequestQueueError/invalidStatusCode(statusCode:response:body:)`` carrying the first 64 KiB of the body,
+/// which is never decoded), then the queue's and the request's validations (with an empty body) and the decoder's
+/// ``StreamDecoder/validate(_:)``, and only then is the body decoded. The ``RetryPolicy`` and a token refresh apply
+/// while no element has been delivered, never after.
+///
+/// Elements go to the `receive` handler on the completion queue, one call at a time, in order; decoding runs there
+/// too, between calls. The completion comes last, once, after the last element, and no element follows it.
+///
+/// A consumer slower than the server cannot hold the transfer back: on Linux, `URLSessionTask.suspend()` on a data
+/// task either closes the connection and sends the request again from byte 0 on `resume()` (the new body appended
+/// to the old one, with no error), or does not stop it at all, and it can crash Foundation when it meets the end of
+/// the transfer (measured; see docs/reliability.md). So the bytes that wait for the consumer are bounded instead:
+/// past ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``.
+///
+/// It finishes when the stream ends, fails or is cancelled, so operations that depend on it run after it.
+public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOperation<R>, @unchecked Sendable {
+    /// Where elements go, until the operation finishes. Guarded by the operation's lock.
+    var sink: ElementSink<R.Element>?
+    /// `self`, through an existential: the closures that run the pump must not capture `R`'s metatype.
+    var streamCallbacks: any StreamCallbacks { self }
+    /// Guarded by the operation's lock.
+    let stream = StreamState<R.Decoder>()
+
+    /// Creates an operation that hands each element to `receive` and then the outcome to `completion`, both on
+    /// `completionQueue` (a global queue when `nil`). It does nothing until started, usually by an `OperationQueue`;
+    /// `addRequest(_:session:completionQueue:receive:completion:)` also gives it the queue's policies.
+    public init(
+        request: R,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        receive: @escaping (R.Element) -> Void,
+        completion: R.CompletionType? = nil
+    ) {
+        sink = ElementSink(deliver: receive, isFull: { false })
+        super.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
+    }
+
+    /// Creates an operation that puts its elements in `buffer`, and ends it with the outcome.
+    init(request: R, session: URLSession, completionQueue: DispatchQueue?, buffer: ElementBuffer<R.Element>) where R.Element: Sendable {
+        sink = ElementSink(deliver: buffer.push, isFull: { buffer.isFull })
+        super.init(request: request, session: session, completionQueue: completionQueue, completion: { result in
+            buffer.finish(result.map { _ in () }.mapError { $0 })
+        }, interpreter: .unsupported)
+        let streamCallbacks = self.streamCallbacks
+        buffer.onRoom = { [weak streamCallbacks] in streamCallbacks?.consumerCaughtUp() }
+    }
+
+    /// Where the pump and the handlers run.
+    var pumpQueue: DispatchQueue {
+        completionQueue ?? .global()
+    }
+
+    // MARK: - Each connection (the transfer's part of the engine)
+
+    override var transfersInMemory: Bool {
+        false
+    }
+
+    /// Adds the decoder's headers (its place in the stream: `Last-Event-ID`) and starts a connection; a reconnection
+    /// accepts only a `200` (or a `204`, which ends the stream).
+    override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
+        guard let request = currentRequest else { return nil }
+        // The request's own code, read outside the lock.
+        var decoder = request.makeDecoder()
+        let policy = request.reconnectPolicy
+        let bufferSize = max(request.bufferSize, 1)
+        let previous: R.Decoder? = withLock { stream.decoder }
+        if let previous { decoder.resume(after: previous) }
+        for (name, value) in decoder.requestHeaders {
+            // The request's own headers win, except the decoder's place in the stream.
+            if urlRequest.value(forHTTPHeaderField: name) == nil || name.caseInsensitiveCompare("Last-Event-ID") == .orderedSame {
+                urlRequest.setValue(value, forHTTPHeaderField: name)
+            }
+        }
+        return ifNotCompleted {
+            stream.decoder = decoder
+            stream.reconnectPolicy = policy
+            stream.bufferSize = bufferSize
+            stream.startConnection()
+            return StatusRule(validCodes: stream.reconnections > 0 ? [200, 204] : validCodes)
+        }
+    }
+
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
+        let statusRule = withLock { run.statusRule }
+        let transfer = StreamSink(callbacks: callbacks, streamCallbacks: self, rules: rules, statusRule: statusRule)
+        return TransferSession.task(on: session, handler: transfer) { $0.dataTask(with: urlRequest) }
+    }
+
+    /// The response has an accepted status: from now on its body is the stream's (called on the session's queue).
+    func streamDidStart(_ response: HTTPURLResponse, transfer: StreamSink) {
+        enqueue(.response(response, transfer), started: true)
+    }
+
+    /// The next bytes of the body (called on the session's queue); returns whether they are still wanted.
+    func streamDidReceive(_ data: Data) -> Bool {
+        enqueue(.bytes(data), bytes: data.count)
+    }
+
+    /// The connection ended: after its elements (if it streamed), or as any request's attempt ends.
+    override func transferEnded(body: ResponseBody, response: URLResponse?, error: Error?) -> Bool {
+        let state = ifNotCompleted { (stream.hasStarted, stream.reconnections > 0, stream.reconnectPolicy) }
+        guard let (hasStarted, isReconnection, policy) = state else {
+            body.discard()
+            return false
+        }
+        if hasStarted {
+            enqueue(.end(error))
+            return false
+        }
+        if isReconnection, policy != nil, let error, Self.isDrop(error) {
+            // The server could not be reached again: try again later, as for a connection that dropped.
+            reconnect(after: error, response: nil)
+            return false
+        }
+        // Not a stream: its status, or a transport error, is interpreted like any request's.
+        return true
+    }
+
+    override func mayAttemptAgain() -> Bool {
+        withLock { stream.elements == 0 && stream.reconnections == 0 }
+    }
+
+    /// Whether `error` is a connection that dropped (or could not be made), after which a stream may reconnect;
+    /// a limit, a decoding error or a cancellation ends it.
+    static func isDrop(_ error: Error) -> Bool {
+        guard let error = error as? URLError else { return false }
+        return error.code != .cancelled
+    }
+
+    // MARK: - The end of a connection
+
+    /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
+    func end(with error: Error?) {
+        let state = ifNotCompleted { () -> (StreamState<R.Decoder>.Phase, ReconnectPolicy?, Int, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
+            run.bodyBytes = Int(clamping: stream.bytes)
+            return (
+                stream.phase, stream.reconnectPolicy, stream.elements, run.sentRequest.map(currentAttempt(sending:)),
+                secondsSince(run.sendTime), run.response, stream.connectionBytes
+            )
+        }
+        guard let (phase, policy, elements, attempt, duration, response, connectionBytes) = state, let attempt else { return }
+        if let response {
+            emit(.didReceive(attempt, response, bodyBytes: connectionBytes, duration: duration))
+        }
+        switch phase {
+        case let .rejected(rejection):
+            decide(after: rejection, attempt: attempt, response: response, duration: duration)
+        case .connecting:
+            decide(after: error ?? URLError(.cannotParseResponse), attempt: attempt, response: response, duration: duration)
+        case .closedByServer:
+            complete(with: .success(summary()))
+        case .streaming:
+            if let error {
+                if policy != nil, Self.isDrop(error) {
+                    reconnect(after: error, response: response)
+                } else if elements == 0 {
+                    decide(after: error, attempt: attempt, response: response, duration: duration)
+                } else {
+                    complete(with: .failure(error))
+                }
+                return
+            }
+            let taken: R.Decoder? = withLock {
+                defer { stream.decoder = nil }
+                return stream.decoder
+            }
+            if var decoder = taken {
+                do {
+                    try decoder.finish().forEach { _ = deliver($0) }
+                } catch {
+                    withLock { stream.decoder = decoder }
+                    interrupt(with: error)
+                    return
+                }
+                withLock { stream.decoder = decoder }
+            }
+            if policy?.reconnectsWhenServerCloses == true {
+                reconnect(after: nil, response: response)
+            } else {
+                complete(with: .success(summary()))
+            }
+        }
+    }
+
+    /// Sends the request again after the policy's wait, or ends the stream once the policy gives up.
+    func reconnect(after error: Error?, response: HTTPURLResponse?) {
+        let state = ifNotCompleted { () -> (ReconnectPolicy?, Int, R.Decoder?, RequestAttempt?, TimeInterval) in
+            stream.emptyConnectionsInARow = stream.connectionElements > 0 ? 0 : stream.emptyConnectionsInARow + 1
+            return (
+                stream.reconnectPolicy, stream.emptyConnectionsInARow, stream.decoder,
+                run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime)
+            )
+        }
+        guard let (policy, emptyInARow, decoder, attempt, duration) = state, let policy, let attempt else { return }
+        guard emptyInARow < policy.maxAttempts else {
+            complete(with: error.map { .failure($0) } ?? .success(summary()))
+            return
+        }
+        // The first reconnection after a connection that delivered something waits the plain delay.
+        let delay = policy.delay(afterEmptyConnections: emptyInARow, requested: decoder?.reconnectionDelay)
+        withLock { stream.reconnections += 1 }
+        if let error {
+            emit(.didFail(attempt, error, duration: duration))
+        }
+        attemptAgain(.reconnect, after: delay, failed: attempt)
+    }
+
+    func summary() -> StreamSummary {
+        withLock {
+            StreamSummary(response: run.response ?? stream.lastResponse, elements: stream.elements, bytes: stream.bytes, connections: stream.connections)
+        }
+    }
+
+    // MARK: - The end
+
+    /// The monitors' `requestDidFinish` and the completion wait for a pump at work, so that no element is delivered
+    /// beside them or after them.
+    override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        let streamCallbacks = self.streamCallbacks
+        runAfterPump { streamCallbacks.finishDelivery(error, then: runCompletion) }
+    }
+
+    /// The base class's delivery: the monitors, then the completion.
+    func finishDelivery(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        super.willDeliver(error, then: runCompletion)
+    }
+
+    /// Runs `completion` now, or when the pump at work stops.
+    func runAfterPump(_ completion: @escaping @Sendable () -> Void) {
+        let runsNow: Bool = withLock {
+            guard stream.isPumping else { return true }
+            stream.deferredCompletion = completion
+            return false
+        }
+        if runsNow { completion() }
+    }
+
+    /// Drops the sink, the decoder and any bytes still waiting for the consumer, then releases what the base holds.
+    public override func releaseResources() {
+        withLock {
+            sink = nil
+            stream.decoder = nil
+            stream.inbox.removeAll()
+        }
+        super.releaseResources()
+    }
+}
+
+/// A stream operation as the transfer and the pump's closures see it: an existential, so that they do not capture
+/// the operation's generic type.
+protocol StreamCallbacks: AnyObject, Sendable {
+    func streamDidStart(_ response: HTTPURLResponse, transfer: StreamSink)
+    func streamDidReceive(_ data: Data) -> Bool
+    func pump()
+    func consumerCaughtUp()
+    func fail(with error: Error)
+    func runAfterPump(_ completion: @escaping @Sendable () -> Void)
+    func finishDelivery(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void)
+}
+
+extension StreamRequestOperation: StreamCallbacks {}

@@ -1,0 +1,114 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The policy pipeline of a ``NetworkRequestOperation``: what happens before an attempt is sent (`makeURLRequest`,
+/// adapters, the authenticator, the checks) and after one fails (a resend after a token refresh, a retry), and
+/// the monitor events. The transport is `TransferSession` and the `TransferSink` of the attempt.
+extension NetworkRequestOperation {
+    // MARK: - Preparing an attempt
+
+    /// Asks the request for the `URLRequest` of the current attempt.
+    func startAttempt() {
+        guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }
+        // Weak, like every callback held by user code: a cancelled operation is not kept until it is called.
+        request.makeURLRequest { [weak self] urlRequest in
+            guard let self, endStep(step) else { return }
+            switch urlRequest {
+            case let .failure(error): complete(with: .failure(error))
+            case let .success(urlRequest): adapt(urlRequest, from: 0)
+            }
+        }
+    }
+
+    /// Runs the adapters from `index` on, one after the other, then authorizes.
+    func adapt(_ urlRequest: URLRequest, from index: Int) {
+        let state = ifNotCompleted { () -> ([RequestAdapter], Int?) in
+            let adapters = policies.adapters
+            return (adapters, index < adapters.count ? beginStep() : nil)
+        }
+        guard let (adapters, step) = state else { return }
+        guard let step else {
+            authorize(urlRequest)
+            return
+        }
+        let callbacks: any AttemptCallbacks = self
+        adapters[index].adapt(urlRequest) { [weak callbacks] result in
+            callbacks?.adapted(result, step: step, nextAdapter: index + 1)
+        }
+    }
+
+    func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
+        guard endStep(step) else { return }
+        switch result {
+        case let .failure(error): complete(with: .failure(error))
+        case let .success(urlRequest): adapt(urlRequest, from: nextAdapter)
+        }
+    }
+
+    /// Adds the authenticator's credential, waiting for a refresh in progress.
+    func authorize(_ urlRequest: URLRequest) {
+        guard let (authenticator, step) = ifNotCompleted({ (policies.authenticator, beginStep()) }) else { return }
+        guard let authenticator else {
+            checkAndSend(urlRequest, credential: nil)
+            return
+        }
+        let callbacks: any AttemptCallbacks = self
+        authenticator.credential { [weak callbacks] credential in
+            callbacks?.authorized(urlRequest, with: credential, step: step)
+        }
+    }
+
+    func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int) {
+        guard endStep(step), let authenticator = ifNotCompleted({ policies.authenticator }) ?? nil else { return }
+        switch credential {
+        case let .failure(error):
+            complete(with: .failure(error))
+        case let .success(credential):
+            checkAndSend(authenticator.authorizing(urlRequest, with: credential), credential: credential)
+        }
+    }
+
+    /// The transfer's headers, then the one final check (``Boundary/checkFinal(_:preconditions:)``) of the request as it
+    /// will be sent; then it is sent.
+    func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        // The request's own code, read outside the lock.
+        guard let validCodes = currentRequest?.validHTTPStatusCodes else { return }
+        var urlRequest = urlRequest
+        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes),
+            let preconditions = ifNotCompleted({ policies.preconditions })
+        else { return }
+        do {
+            try Boundary.checkFinal(urlRequest, preconditions: preconditions)
+        } catch {
+            complete(with: .failure(error))
+            return
+        }
+        guard ifNotCompleted({ run.statusRule = rule }) != nil else { return }
+        send(urlRequest, credential: credential)
+    }
+
+    // MARK: - Steps
+
+    /// Must be called under the lock.
+    func beginStep() -> Int {
+        run.stepCount += 1
+        run.awaitedStep = run.stepCount
+        return run.stepCount
+    }
+
+    /// Whether this is the first answer to `step`, while the operation has not completed.
+    func endStep(_ step: Int) -> Bool {
+        ifNotCompleted {
+            guard run.awaitedStep == step else { return false }
+            run.awaitedStep = nil
+            return true
+        } ?? false
+    }
+
+    /// Must be called under the lock.
+    func currentAttempt(sending urlRequest: URLRequest) -> RequestAttempt {
+        RequestAttempt(identifier: identifier, number: run.attempt, urlRequest: urlRequest)
+    }
+}

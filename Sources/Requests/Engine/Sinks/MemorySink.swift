@@ -1,0 +1,124 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The callbacks of a task whose response body is kept in memory, up to the body limit: a data request's, or an
+/// upload's (which also reports the bytes sent as progress).
+final class MemorySink: TransferSink, @unchecked Sendable {
+    private weak var progressCallbacks: (any AttemptCallbacks)?
+    /// The upload's length when URLSession does not know it (a stream); `nil` for a request that is no upload.
+    private let uploadLength: Int64?
+    private var sent: Int64 = 0
+    private var received = Data()
+
+    init(callbacks: any AttemptCallbacks, rules: TransferRules, uploadLength: Int64? = nil) {
+        self.progressCallbacks = callbacks
+        self.uploadLength = uploadLength
+        super.init(callbacks: callbacks, rules: rules)
+    }
+
+    override func didSend(total: Int64, expected: Int64) {
+        lock.lock()
+        let sentBefore = sent
+        sent = total
+        lock.unlock()
+        moved(total - sentBefore)
+        let length = expected > 0 ? expected : (uploadLength ?? -1)
+        if length > 0, total >= length { bodySent() }
+        if let uploadLength {
+            progressCallbacks?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
+        }
+    }
+
+    override func shouldAccept(_ response: URLResponse) -> Bool {
+        guard super.shouldAccept(response) else { return false }
+        // Bytes before these headers were the body of a response the session answered itself (a 401 whose
+        // challenge got a credential: Linux hands that body over too).
+        lock.lock()
+        received = Data()
+        lock.unlock()
+        return true
+    }
+
+    override func didReceive(_ data: Data) {
+        moved(Int64(data.count))
+        lock.lock()
+        guard !isOverUnderLock else {
+            // Chunks already queued when a rule ended the attempt, or a body that a refusal at its headers did not stop.
+            lock.unlock()
+            receivedAfterStop()
+            return
+        }
+        let fits = rules.limits.maximumBodySize.map { Int64(received.count + data.count) <= $0 } ?? true
+        if fits { received.append(data) }
+        lock.unlock()
+        if !fits, let limit = rules.limits.maximumBodySize {
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
+        }
+    }
+
+    override func dropBody() {
+        lock.lock()
+        received = Data()
+        lock.unlock()
+    }
+
+    override func didComplete(response: URLResponse?, error: Error?) {
+        lock.lock()
+        let body = received
+        received = Data()
+        lock.unlock()
+        finish(body: .data(body), response: response, error: error)
+    }
+}
+
+extension MemorySink {
+    /// The task of one attempt whose response body is kept in memory: a data task, or an upload of `upload`, which
+    /// replaces any body the `URLRequest` has (an upload's bytes sent also count as progress).
+    static func task(
+        for urlRequest: URLRequest, uploading upload: UploadBody?, on session: URLSession, rules: TransferRules, callbacks: any AttemptCallbacks
+    ) throws -> URLSessionTask {
+        guard let upload else {
+            #if canImport(FoundationNetworking)
+            // URLSession on Linux serves a cached response whatever the policy says: a request that must ignore the
+            // local cache has its entry removed first.
+            if urlRequest.cachePolicy == .reloadIgnoringLocalCacheData || urlRequest.cachePolicy == .reloadIgnoringLocalAndRemoteCacheData {
+                session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
+            }
+            #endif
+            return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules)) { $0.dataTask(with: urlRequest) }
+        }
+        var urlRequest = urlRequest
+        urlRequest.httpBody = nil
+        urlRequest.httpBodyStream = nil
+        let make: (URLSession) -> URLSessionTask
+        var length: Int64 = -1
+        switch upload {
+        case let .data(data):
+            make = { $0.uploadTask(with: urlRequest, from: data) }
+        case let .file(file):
+            let size = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber
+            guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size else {
+                throw RequestBuildingError.unreadableFile(file)
+            }
+            length = size.int64Value
+            #if canImport(FoundationNetworking)
+            guard let stream = InputStream(url: file) else { throw RequestBuildingError.unreadableFile(file) }
+            urlRequest.httpBodyStream = stream
+            make = { [urlRequest] in $0.dataTask(with: urlRequest) }
+            #else
+            make = { [urlRequest] in $0.uploadTask(with: urlRequest, fromFile: file) }
+            #endif
+        case let .multipart(form):
+            length = Int64(try form.apply(to: &urlRequest))
+            if let data = urlRequest.httpBody {
+                urlRequest.httpBody = nil
+                make = { [urlRequest] in $0.uploadTask(with: urlRequest, from: data) }
+            } else {
+                make = { [urlRequest] in $0.dataTask(with: urlRequest) }
+            }
+        }
+        return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules, uploadLength: length), make)
+    }
+}

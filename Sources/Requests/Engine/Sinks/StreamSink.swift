@@ -1,0 +1,89 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// The callbacks of a stream's task. A response whose status the request accepts becomes a stream: its bytes go to
+/// the operation as they arrive, under the limits. Any other response is an error, whose first 64 KiB are kept for
+/// ``RequestQueueError/invalidStatusCode(statusCode:response:body:)``.
+final class StreamSink: TransferSink, @unchecked Sendable {
+    /// The most of an error body kept: where a server's error payload is.
+    static let errorBodyLimit = 64 * 1024
+
+    private weak var streamCallbacks: (any StreamCallbacks)?
+    /// The attempt's ``StatusRule``: a response it accepts becomes the stream.
+    private let statusRule: StatusRule
+    // Guarded by `lock`.
+    private var isStreaming = false
+    private var streamed: Int64 = 0
+    private var errorBody = Data()
+
+    init(callbacks: any AttemptCallbacks, streamCallbacks: any StreamCallbacks, rules: TransferRules, statusRule: StatusRule) {
+        self.streamCallbacks = streamCallbacks
+        self.statusRule = statusRule
+        super.init(callbacks: callbacks, rules: rules)
+    }
+
+    override func shouldAccept(_ response: URLResponse) -> Bool {
+        guard super.shouldAccept(response) else { return false }
+        lock.lock()
+        // Bytes before these headers belong to a response the session answered itself (see `MemorySink`).
+        errorBody = Data()
+        lock.unlock()
+        guard let response = response as? HTTPURLResponse, statusRule.accepts(response.statusCode) else { return true }
+        lock.lock()
+        isStreaming = true
+        lock.unlock()
+        streamCallbacks?.streamDidStart(response, transfer: self)
+        return true
+    }
+
+    override func didReceive(_ data: Data) {
+        moved(Int64(data.count))
+        lock.lock()
+        guard !isOverUnderLock else {
+            lock.unlock()
+            receivedAfterStop()
+            return
+        }
+        guard isStreaming else {
+            let room = Self.errorBodyLimit - errorBody.count
+            errorBody.append(data.prefix(room))
+            let isFull = data.count >= room
+            let body = errorBody
+            lock.unlock()
+            // An error body that goes on and on is not waited for.
+            if isFull { stop(keeping: .data(body)) }
+            return
+        }
+        streamed += Int64(data.count)
+        let tooLarge = rules.limits.maximumBodySize.map { streamed > $0 } ?? false
+        // Handed over under the lock, so that no chunk can follow the end of an attempt that a rule stopped from
+        // another thread (the minimum-speed watchdog).
+        let wanted = !tooLarge && streamCallbacks?.streamDidReceive(data) == true
+        lock.unlock()
+        if tooLarge, let limit = rules.limits.maximumBodySize {
+            stop(with: TransferLimitError.responseTooLarge(limit: limit))
+        } else if !wanted {
+            // A stream that has its outcome wants no more. Its operation has cancelled the task; if Linux ignored that
+            // cancel (one that comes too early), the bytes that keep coming cancel it again, so that it does not run
+            // on for nobody.
+            abandon()
+        }
+    }
+
+    override func dropBody() {
+        lock.lock()
+        errorBody = Data()
+        lock.unlock()
+    }
+
+    override func didComplete(response: URLResponse?, error: Error?) {
+        lock.lock()
+        let body = errorBody
+        errorBody = Data()
+        lock.unlock()
+        finish(body: .data(body), response: response, error: error)
+    }
+}
+

@@ -1,0 +1,41 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Watches the transfers that have a minimum speed, with one timer for all of them that runs only while there
+/// are any: a request costs an insertion and a removal, not a timer of its own.
+final class TransferWatchdog: @unchecked Sendable {
+    static let shared = TransferWatchdog()
+
+    private let lock = NSLock()
+    private var watched: [ObjectIdentifier: TransferSink] = [:]
+    private var timer: DispatchSourceTimer?
+
+    func watch(_ transfer: TransferSink) {
+        lock.lock()
+        defer { lock.unlock() }
+        watched[ObjectIdentifier(transfer)] = transfer
+        guard timer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+        timer.setEventHandler { [weak self] in self?.tick() }
+        timer.resume()
+        self.timer = timer
+    }
+
+    private func tick() {
+        lock.lock()
+        let transfers = Array(watched.values)
+        lock.unlock()
+        let now = DispatchTime.now()
+        let done = transfers.filter { !$0.checkSpeed(now: now) }.map(ObjectIdentifier.init)
+        lock.lock()
+        done.forEach { watched[$0] = nil }
+        if watched.isEmpty {
+            timer?.cancel()
+            timer = nil
+        }
+        lock.unlock()
+    }
+}

@@ -14,33 +14,62 @@ struct CachedAttempt {
 /// the network and a stale entry adds its validators; after it, a `304` is answered with the stored body and a
 /// storable response is stored. Either way the body is interpreted like any other (status rule, validations, kind).
 extension NetworkRequestOperation {
-    func sendThroughCache(_ cache: ResponseCache, _ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+    /// What the cache makes of the prepared request, decided before the final check so that the check sees the
+    /// request as it will be sent (with the stored validators, which come from a file on disk).
+    enum CachePlan {
+        /// Send `request` (maybe conditional); `cached` is the cache's part in the attempt.
+        case send(URLRequest, cached: CachedAttempt?)
+        /// Answer with a stored response, without the network.
+        case serve(CachedResponse)
+        /// Nothing may be sent, and nothing stored answers (``CacheUse/onlyIfCached``).
+        case fail(Error)
+
+        /// The request the final check is to see.
+        func checked(_ prepared: URLRequest) -> URLRequest {
+            if case let .send(request, _) = self { return request }
+            return prepared
+        }
+    }
+
+    /// The cache's plan for `urlRequest`: through the response cache when the transfer keeps the body in memory and
+    /// the policies have one; else sent as it is.
+    func cachePlan(for urlRequest: URLRequest) -> CachePlan {
+        guard let cache = withLock({ transfersInMemory ? policies.responseCache : nil }) else { return .send(urlRequest, cached: nil) }
         // The request's own code, read outside the lock.
         let requested = currentRequest?.cacheUse ?? .useCache
         let reloads = withLock { run.reattempts[.cacheReload, default: 0] > 0 }
         let use: CacheUse = reloads ? .reload : requested
-        guard use != .bypass else {
-            transmit(urlRequest, credential: credential)
-            return
-        }
+        guard use != .bypass else { return .send(urlRequest, cached: nil) }
         let now = Date()
         let entry = use == .reload ? nil : cache.entry(for: urlRequest)
         if let entry, (use == .onlyIfCached && entry.mayServeWithoutNetwork) || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
-            serve(entry, for: urlRequest)
-            return
+            return .serve(entry)
         }
         if use == .onlyIfCached {
-            complete(with: .failure(ResponseCacheError.notCached(urlRequest.url)))
-            return
+            return .fail(ResponseCacheError.notCached(urlRequest.url))
         }
         let conditional = entry?.conditional(urlRequest)
-        let attempt: RequestAttempt? = ifNotCompleted {
-            run.cachedAttempt = CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now)
-            return currentAttempt(sending: conditional ?? urlRequest)
+        return .send(conditional ?? urlRequest, cached: CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now))
+    }
+
+    /// Follows the plan, once the final check passed: serves, fails, or sends.
+    func follow(_ plan: CachePlan, for urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+        switch plan {
+        case let .fail(error):
+            complete(with: .failure(error))
+        case let .serve(entry):
+            serve(entry, for: urlRequest)
+        case let .send(request, nil):
+            transmit(request, credential: credential)
+        case let .send(request, cached?):
+            let attempt: RequestAttempt? = ifNotCompleted {
+                run.cachedAttempt = cached
+                return currentAttempt(sending: request)
+            }
+            guard let attempt else { return }
+            emit(.cache(attempt, .miss(revalidating: cached.entry != nil)))
+            transmit(request, credential: credential)
         }
-        guard let attempt else { return }
-        emit(.cache(attempt, .miss(revalidating: conditional != nil)))
-        transmit(conditional ?? urlRequest, credential: credential)
     }
 
     /// Answers the attempt with `entry`, without the network.

@@ -7,8 +7,9 @@ import Foundation
 ///
 /// 1. **Prepare** (`Prepare.swift`): `makeURLRequest`, the adapters, the authenticator, the headers the transfer
 ///    adds (`Range`, `Last-Event-ID`, …), then one final check of the request as it will be sent (`Boundary`).
-/// 2. **Send** (this file): the response cache may answer or add validators (`CachingStage.swift`); otherwise a task
-///    whose body goes to the transfer's sink (`Sinks/`), on the transfer session (`Transport/`).
+/// 2. **Send** (this file): the response cache may answer, or add validators before the final check
+///    (`CachingStage.swift`); otherwise a task whose body goes to the transfer's sink (`Sinks/`), on the transfer
+///    session (`Transport/`).
 /// 3. **Interpret** (`Interpret.swift`): the attempt's status rule, the validations, then the body interpreter that
 ///    the request's kind chose (JSON with the empty-body rules, text, no content, data, a download's file).
 /// 4. **Decide** (`Reattempt.swift`): finish, or attempt again after a delay for a reason (a retry, a token refresh,
@@ -39,13 +40,21 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
     /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
     /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
-    public convenience init(
+    ///
+    /// The engine alone has no body interpreter: a response it accepts fails with ``RequestQueueError/misuse(_:)``. The
+    /// operation of each request kind has one (see ``DataRequestOperation``).
+    public init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,
         completion: R.CompletionType? = nil
     ) {
-        self.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
+        self.session = session
+        self.identifier = request.identifier
+        self.request = request
+        self.interpreter = .unsupported
+        self.sharedPolicies = SharedPolicies.none.adding(request)
+        super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
     /// Creates an operation whose responses `interpreter` turns into `Success`.
@@ -174,16 +183,6 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     }
 
     // MARK: - 2. Send
-
-    /// Sends the prepared, checked request: through the response cache when it applies (which may answer instead),
-    /// else as a task of the transfer's kind.
-    func send(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
-        guard let cache = withLock({ transfersInMemory ? policies.responseCache : nil }) else {
-            transmit(urlRequest, credential: credential)
-            return
-        }
-        sendThroughCache(cache, urlRequest, credential: credential)
-    }
 
     /// Creates the attempt's task and resumes it.
     func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {

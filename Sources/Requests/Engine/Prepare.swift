@@ -70,23 +70,23 @@ extension NetworkRequestOperation {
         }
     }
 
-    /// The transfer's headers, then the one final check (``Boundary/checkFinal(_:preconditions:)``) of the request as it
-    /// will be sent; then it is sent.
+    /// The transfer's headers, the response cache's plan (its validators), then the one final check
+    /// (``Boundary/checkFinal(_:preconditions:)``) of the request as it will be sent; then it is sent, or served.
     func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         // The request's own code, read outside the lock.
         guard let validCodes = currentRequest?.validHTTPStatusCodes else { return }
         var urlRequest = urlRequest
-        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes),
-            let preconditions = ifNotCompleted({ policies.preconditions })
-        else { return }
+        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes) else { return }
+        let plan = cachePlan(for: urlRequest)
+        guard let preconditions = ifNotCompleted({ policies.preconditions }) else { return }
         do {
-            try Boundary.checkFinal(urlRequest, preconditions: preconditions)
+            try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions)
         } catch {
             complete(with: .failure(error))
             return
         }
         guard ifNotCompleted({ run.statusRule = rule }) != nil else { return }
-        send(urlRequest, credential: credential)
+        follow(plan, for: urlRequest, credential: credential)
     }
 
     // MARK: - Steps

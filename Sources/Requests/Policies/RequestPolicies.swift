@@ -62,21 +62,41 @@ public struct RequestPolicies: Sendable {
         self.responseCache = responseCache
     }
 
-    /// These policies with `request`'s own added.
-    func adding<R: NetworkRequest>(_ request: R) -> RequestPolicies {
+    /// These policies with `request`'s own added, or `nil` when it adds nothing. The one list of what a request
+    /// contributes: its adapters, preconditions, validations and sensitive headers come after the queue's; its retry
+    /// policy, limits, redirect policy and response cache replace the queue's; it may opt out of the authenticator.
+    func adding<R: NetworkRequest>(_ request: R) -> RequestPolicies? {
         var policies = self
-        policies.adapters += request.adapters
-        policies.preconditions += request.preconditions
-        policies.validations += request.validations
-        policies.retryPolicy = request.retryPolicy ?? retryPolicy
-        policies.limits = request.limits ?? limits
-        policies.redirectPolicy = request.redirectPolicy ?? redirectPolicy
-        policies.sensitiveHeaders += request.sensitiveHeaders
-        policies.responseCache = request.responseCache ?? responseCache
-        if !request.usesAuthenticator {
-            policies.authenticator = nil
+        var changed = false
+        func append<T>(_ own: [T], to list: inout [T]) {
+            guard !own.isEmpty else { return }
+            list += own
+            changed = true
         }
-        return policies
+        func replace<T>(_ value: inout T, with own: T?) {
+            guard let own else { return }
+            value = own
+            changed = true
+        }
+        // A separate name: with `replace`, an optional policy would be wrapped once more and always "set".
+        func replaceOptional<T>(_ value: inout T?, with own: T?) {
+            guard let own else { return }
+            value = own
+            changed = true
+        }
+        append(request.adapters, to: &policies.adapters)
+        append(request.preconditions, to: &policies.preconditions)
+        append(request.validations, to: &policies.validations)
+        append(request.sensitiveHeaders, to: &policies.sensitiveHeaders)
+        replaceOptional(&policies.retryPolicy, with: request.retryPolicy)
+        replace(&policies.limits, with: request.limits)
+        replace(&policies.redirectPolicy, with: request.redirectPolicy)
+        replaceOptional(&policies.responseCache, with: request.responseCache)
+        if !request.usesAuthenticator, policies.authenticator != nil {
+            policies.authenticator = nil
+            changed = true
+        }
+        return changed ? policies : nil
     }
 }
 
@@ -142,12 +162,7 @@ final class SharedPolicies: Sendable {
 
     /// These policies with `request`'s own added; `self` when it adds nothing.
     func adding<R: NetworkRequest>(_ request: R) -> SharedPolicies {
-        let addsNothing =
-            request.adapters.isEmpty && request.preconditions.isEmpty && request.validations.isEmpty
-            && request.retryPolicy == nil && (request.usesAuthenticator || policies.authenticator == nil)
-            && request.limits == nil && request.redirectPolicy == nil && request.sensitiveHeaders.isEmpty
-            && request.responseCache == nil
-        return addsNothing ? self : SharedPolicies(policies.adding(request))
+        policies.adding(request).map(SharedPolicies.init) ?? self
     }
 }
 

@@ -15,7 +15,7 @@ public class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
     /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
     /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
-    public init(
+    public override init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,

@@ -45,12 +45,24 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         super.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
     }
 
+    /// Creates an operation whose elements go nowhere: only its ``StreamSummary`` reaches `completion`.
+    public override convenience init(
+        request: R,
+        session: URLSession = .shared,
+        completionQueue: DispatchQueue? = nil,
+        completion: R.CompletionType? = nil
+    ) {
+        self.init(request: request, session: session, completionQueue: completionQueue, receive: { _ in }, completion: completion)
+    }
+
     /// Creates an operation that puts its elements in `buffer`, and ends it with the outcome.
     init(request: R, session: URLSession, completionQueue: DispatchQueue?, buffer: ElementBuffer<R.Element>) where R.Element: Sendable {
         sink = ElementSink(deliver: buffer.push, isFull: { buffer.isFull })
-        super.init(request: request, session: session, completionQueue: completionQueue, completion: { result in
-            buffer.finish(result.map { _ in () }.mapError { $0 })
-        }, interpreter: .unsupported)
+        super.init(
+            request: request, session: session, completionQueue: completionQueue,
+            completion: { result in
+                buffer.finish(result.map { _ in () }.mapError { $0 })
+            }, interpreter: .unsupported)
         let streamCallbacks = self.streamCallbacks
         buffer.onRoom = { [weak streamCallbacks] in streamCallbacks?.consumerCaughtUp() }
     }

@@ -86,4 +86,3 @@ final class StreamSink: TransferSink, @unchecked Sendable {
         finish(body: .data(body), response: response, error: error)
     }
 }
-

@@ -63,6 +63,26 @@ private struct GetVersion: DecodableRequest {
     }
 }
 
+/// Records the attempts that fail and the reasons of the ones that follow, in order.
+private final class ReattemptLog: RequestEventMonitor, @unchecked Sendable {
+    let events = Recorder<String>()
+    func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval) { events.append("didFail \(attempt.number)") }
+    func requestWillAttemptAgain(_ attempt: RequestAttempt, reason: ReattemptReason, delay: TimeInterval) {
+        events.append("again \(attempt.number) \(reason)")
+    }
+}
+
+/// A download whose precondition sees what is sent.
+private struct CheckedDownload: DownloadRequest {
+    let url: URL
+    let precondition: RequestPrecondition
+    var identifier: String { url.absoluteString }
+    var preconditions: [RequestPrecondition] { [precondition] }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
 /// Each kind of transfer combines with each way of interpreting the response, and one part of the engine (the
 /// cache) does not use up what another (the retry policy) allows.
 final class EngineCompositionTests: XCTestCase {
@@ -155,10 +175,12 @@ final class EngineCompositionTests: XCTestCase {
         }
         // And a queue with a cache and a retry policy of 2 attempts in all that retries a 503 at once
         let retry = RetryPolicy(maxAttempts: 2, baseDelay: 0, jitter: 0, retryableStatusCodes: [503])
-        let policies = RequestPolicies(retryPolicy: retry, responseCache: ResponseCache(directory: nil))
+        let log = ReattemptLog()
+        let policies = RequestPolicies(retryPolicy: retry, monitors: [log], responseCache: ResponseCache(directory: nil))
         let queue = OperationQueue()
         XCTAssertEqual(try run(GetVersion(url: url), policies: policies, on: queue).get(), ComposedVersion(version: 1))
         XCTAssertEqual(seen.count, 1, "the first response came from the network")
+        XCTAssertEqual(log.events.values, [])
 
         // When the same URL is requested again
         let second = run(GetVersion(url: url), on: queue)
@@ -169,6 +191,43 @@ final class EngineCompositionTests: XCTestCase {
         // And the server saw the first GET, the conditional one, the reload without a validator, and its retry
         XCTAssertEqual(seen.values.map(\.method), ["GET", "GET", "GET", "GET"])
         XCTAssertEqual(seen.values.map { $0.headers["if-none-match"] }, [nil, #""a""#, nil, nil])
+        // And monitors saw why each attempt followed: a reload (no failure before it), then a retry after the 503
+        XCTAssertEqual(log.events.values, ["again 1 cacheReload", "didFail 2", "again 2 retry"])
+    }
+
+    // MARK: - The final check
+
+    func testTheFinalCheckSeesTheHeadersTheTransferAdds() throws {
+        // Given bytes of an earlier download on disk, described by a resume state
+        let partial = FileManager.default.temporaryDirectory.appendingPathComponent("composition-partial-\(UUID().uuidString)")
+        try Data("0123456789".utf8).write(to: partial)
+        defer { try? FileManager.default.removeItem(at: partial) }
+        let (url, seen) = serve(status: 200, body: "unused")
+        let state = ResumeState(
+            url: url, validator: .entityTag(#""v1""#), bytesReceived: 10, expectedLength: nil, partialFile: partial, destination: nil)
+        // And a precondition that records the request it is shown and refuses it
+        struct Refused: Error {}
+        let checked = Recorder<URLRequest>()
+        let download = CheckedDownload(
+            url: url,
+            precondition: RequestPrecondition {
+                checked.append($0); throw Refused()
+            })
+
+        // When the download resumes
+        let queue = OperationQueue()
+        let results = Recorder<Result<URL, Error>>()
+        queue.addRequest(download, resumingFrom: state, session: testSession) { result, _ in results.append(result) }
+        queue.waitUntilAllOperationsAreFinished()
+
+        // Then the precondition saw the range, its validator and the identity encoding the download adds
+        let request = try XCTUnwrap(checked.values.first)
+        XCTAssertEqual(request.value(forHTTPHeaderField: "Range"), "bytes=10-")
+        XCTAssertEqual(request.value(forHTTPHeaderField: "If-Range"), #""v1""#)
+        XCTAssertEqual(request.value(forHTTPHeaderField: "Accept-Encoding"), "identity")
+        // And its refusal is the outcome, with nothing sent
+        XCTAssertTrue(results.values.first?.failure is Refused, "\(results.values)")
+        XCTAssertEqual(seen.count, 0)
     }
 
     // MARK: - Upload × no content, upload × text

@@ -10,7 +10,6 @@ final class MemorySink: TransferSink, @unchecked Sendable {
     /// The upload's length when URLSession does not know it (a stream); `nil` for a request that is no upload.
     private let uploadLength: Int64?
     private var sent: Int64 = 0
-    private var received = Data()
 
     init(callbacks: any AttemptCallbacks, rules: TransferRules, uploadLength: Int64? = nil) {
         self.progressCallbacks = callbacks
@@ -31,16 +30,6 @@ final class MemorySink: TransferSink, @unchecked Sendable {
         }
     }
 
-    override func shouldAccept(_ response: URLResponse) -> Bool {
-        guard super.shouldAccept(response) else { return false }
-        // Bytes before these headers were the body of a response the session answered itself (a 401 whose
-        // challenge got a credential: Linux hands that body over too).
-        lock.lock()
-        received = Data()
-        lock.unlock()
-        return true
-    }
-
     override func didReceive(_ data: Data) {
         moved(Int64(data.count))
         lock.lock()
@@ -50,26 +39,12 @@ final class MemorySink: TransferSink, @unchecked Sendable {
             receivedAfterStop()
             return
         }
-        let fits = rules.limits.maximumBodySize.map { Int64(received.count + data.count) <= $0 } ?? true
-        if fits { received.append(data) }
+        let fits = rules.limits.maximumBodySize.map { Int64(bufferedBody.count + data.count) <= $0 } ?? true
+        if fits { bufferedBody.append(data) }
         lock.unlock()
         if !fits, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
         }
-    }
-
-    override func dropBody() {
-        lock.lock()
-        received = Data()
-        lock.unlock()
-    }
-
-    override func didComplete(response: URLResponse?, error: Error?) {
-        lock.lock()
-        let body = received
-        received = Data()
-        lock.unlock()
-        finish(body: .data(body), response: response, error: error)
     }
 }
 

@@ -16,7 +16,6 @@ final class StreamSink: TransferSink, @unchecked Sendable {
     // Guarded by `lock`.
     private var isStreaming = false
     private var streamed: Int64 = 0
-    private var errorBody = Data()
 
     init(callbacks: any AttemptCallbacks, streamCallbacks: any StreamCallbacks, rules: TransferRules, statusRule: StatusRule) {
         self.streamCallbacks = streamCallbacks
@@ -26,10 +25,6 @@ final class StreamSink: TransferSink, @unchecked Sendable {
 
     override func shouldAccept(_ response: URLResponse) -> Bool {
         guard super.shouldAccept(response) else { return false }
-        lock.lock()
-        // Bytes before these headers belong to a response the session answered itself (see `MemorySink`).
-        errorBody = Data()
-        lock.unlock()
         guard let response = response as? HTTPURLResponse, statusRule.accepts(response.statusCode) else { return true }
         lock.lock()
         isStreaming = true
@@ -47,10 +42,10 @@ final class StreamSink: TransferSink, @unchecked Sendable {
             return
         }
         guard isStreaming else {
-            let room = Self.errorBodyLimit - errorBody.count
-            errorBody.append(data.prefix(room))
+            let room = Self.errorBodyLimit - bufferedBody.count
+            bufferedBody.append(data.prefix(room))
             let isFull = data.count >= room
-            let body = errorBody
+            let body = bufferedBody
             lock.unlock()
             // An error body that goes on and on is not waited for.
             if isFull { stop(keeping: .data(body)) }
@@ -70,19 +65,5 @@ final class StreamSink: TransferSink, @unchecked Sendable {
             // on for nobody.
             abandon()
         }
-    }
-
-    override func dropBody() {
-        lock.lock()
-        errorBody = Data()
-        lock.unlock()
-    }
-
-    override func didComplete(response: URLResponse?, error: Error?) {
-        lock.lock()
-        let body = errorBody
-        errorBody = Data()
-        lock.unlock()
-        finish(body: .data(body), response: response, error: error)
     }
 }

@@ -40,6 +40,8 @@ class TransferSink: @unchecked Sendable {
     private var failureAtCompletion: Error?
     /// The 401 or 407 whose challenge had no answer (see `TransferSession`): the attempt ends with it, bodiless.
     private var unansweredChallenge: HTTPURLResponse?
+    /// The body kept in memory (a data request's, or a stream's error body; a file sink keeps none). Guarded by `lock`.
+    var bufferedBody = Data()
     /// Bytes sent and received so far, and at the start of the current speed window.
     private var moved: Int64 = 0
     private var movedAtWindowStart: Int64 = 0
@@ -78,7 +80,14 @@ class TransferSink: @unchecked Sendable {
 
     func didSend(total: Int64, expected: Int64) {}
     func didReceive(_ data: Data) {}
-    func didComplete(response: URLResponse?, error: Error?) {}
+    /// Hands over the ``bufferedBody``.
+    func didComplete(response: URLResponse?, error: Error?) {
+        lock.lock()
+        let body = bufferedBody
+        bufferedBody = Data()
+        lock.unlock()
+        finish(body: .data(body), response: response, error: error)
+    }
 
     /// The most bytes the body may have: ``TransferLimits/maximumBodySize`` for a body kept in memory.
     var bodyLimit: Int64? {
@@ -101,6 +110,11 @@ class TransferSink: @unchecked Sendable {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
             return false
         }
+        // Bytes before these headers were the body of a response the session answered itself (a 401 whose
+        // challenge got a credential: Linux hands that body over too).
+        lock.lock()
+        bufferedBody = Data()
+        lock.unlock()
         return true
     }
 
@@ -236,7 +250,11 @@ class TransferSink: @unchecked Sendable {
     }
 
     /// Lets go of what the body holds so far, after a rule ended the attempt.
-    func dropBody() {}
+    func dropBody() {
+        lock.lock()
+        bufferedBody = Data()
+        lock.unlock()
+    }
 
     // MARK: - Minimum speed
 

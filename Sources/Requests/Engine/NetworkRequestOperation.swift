@@ -309,9 +309,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         true
     }
 
-    /// Why the transfer itself sends again after `failure` (a download's range restart), if it does.
-    func transferReattempt(after failure: Error) -> ReattemptReason? {
-        nil
+    /// What the transfer decides after an attempt that ended without a value (see `decide(after:attempt:response:duration:)`):
+    /// by default, nothing; the policies decide.
+    func transferVerdict(after failure: Error?) -> TransferVerdict<R.Success> {
+        .policies
     }
 
     /// Whether a failed attempt may be followed by a retry or a resend after a token refresh. A stream says no once

@@ -29,23 +29,42 @@ public enum ReattemptReason: String, Sendable, Hashable, CaseIterable {
     }
 }
 
+/// What the transfer says about an attempt that ended without a value (see ``NetworkRequestOperation/transferVerdict(after:)``).
+enum TransferVerdict<Success> {
+    /// Attempt again for the transfer's own reason (a download's range restart, a stream's reconnection).
+    case again(ReattemptReason, delay: TimeInterval)
+    /// The transfer decides the outcome (a stream that has delivered elements, or whose reconnections gave up).
+    case finish(Result<Success, Error>)
+    /// The policies decide: a resend after a token refresh, a retry, or the failure.
+    case policies
+}
+
 /// Step 4 of an attempt: the one decision after it, finish or attempt again, and the scheduling of the next attempt.
 extension NetworkRequestOperation {
-    /// After an attempt failed with `failure`: in order, a cancellation finishes; the transfer's own reason (a range
-    /// restart); then, while the transfer allows another attempt, a resend after a token refresh (once), then the
-    /// retry policy; else the request fails with `failure`.
-    func decide(after failure: Error, attempt: RequestAttempt, response: HTTPURLResponse?, duration: TimeInterval) {
-        guard (failure as? URLError)?.code != .cancelled else {
-            complete(with: .failure(failure))
-            return
+    /// After an attempt that ended without a value, with `failure` (or cleanly, for a stream whose connection the
+    /// server closed): in order, a cancellation finishes; the transfer's verdict (a range restart, a stream's
+    /// reconnection, or its outcome); then, while the transfer allows another attempt, a resend after a token refresh
+    /// (once), then the retry policy; else the request fails with `failure`.
+    func decide(after failure: Error?, attempt: RequestAttempt, response: HTTPURLResponse?, duration: TimeInterval) {
+        if let failure {
+            guard (failure as? URLError)?.code != .cancelled else {
+                complete(with: .failure(failure))
+                return
+            }
+            emit(.didFail(attempt, failure, duration: duration))
         }
-        emit(.didFail(attempt, failure, duration: duration))
-        if let reason = transferReattempt(after: failure), hasReattemptsLeft(reason) {
-            attemptAgain(reason, after: 0, failed: attempt)
+        switch transferVerdict(after: failure) {
+        case let .again(reason, delay) where hasReattemptsLeft(reason):
+            attemptAgain(reason, after: delay, failed: attempt)
             return
+        case let .finish(outcome):
+            complete(with: outcome)
+            return
+        case .again, .policies:
+            break
         }
-        guard mayAttemptAgain() else {
-            complete(with: .failure(failure))
+        guard let failure, mayAttemptAgain() else {
+            complete(with: .failure(failure ?? RequestQueueError.misuse("\(type(of: self)) ended an attempt with nothing to decide")))
             return
         }
         if !reauthenticate(after: failure, attempt: attempt), !retry(after: failure, attempt: attempt, response: response) {

@@ -523,13 +523,22 @@ final class StreamTests: XCTestCase {
             tags.append((request.headers["x-tag"] ?? "-") + " " + (request.headers["accept"] ?? "-"))
             return request.headers["last-event-id"] == nil ? .events(["retry: 1", "id: 1\ndata: a"], ending: .reset) : .events(["id: 2\ndata: b"])
         }
+        // And a precondition that records the stream's place it sees, and a monitor that records why it reconnects
+        let placesChecked = Recorder<String>()
+        final class Reasons: RequestEventMonitor, @unchecked Sendable {
+            let seen = Recorder<ReattemptReason>()
+            func requestWillAttemptAgain(_ attempt: RequestAttempt, reason: ReattemptReason, delay: TimeInterval) { seen.append(reason) }
+        }
+        let reasons = Reasons()
         let policies = RequestPolicies(
             adapters: [.setHeader("stream", for: "X-Tag"), .setHeader("text/event-stream; charset=utf-8", for: "Accept")],
             preconditions: [
                 RequestPrecondition { request in
+                    placesChecked.append(request.value(forHTTPHeaderField: "Last-Event-ID") ?? "-")
                     guard request.value(forHTTPHeaderField: "X-Tag") == "stream" else { throw RequestQueueError.misuse("untagged") }
                 }
-            ]
+            ],
+            monitors: [reasons]
         )
         // When it is read
         let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: .default), policies: policies)
@@ -537,6 +546,10 @@ final class StreamTests: XCTestCase {
         XCTAssertEqual(probe.elements.values.map(\.data), ["a", "b"])
         // And the request's own Accept header was kept over the decoder's
         XCTAssertEqual(tags.values, ["stream text/event-stream; charset=utf-8", "stream text/event-stream; charset=utf-8"])
+        // And the precondition saw the request as sent, with the stream's place on the reconnection
+        XCTAssertEqual(placesChecked.values, ["-", "1"])
+        // And monitors saw the second connection as a reconnection
+        XCTAssertEqual(reasons.seen.values, [.reconnect])
     }
 
     func testALimitEndsAReconnectingStreamInsteadOfReconnecting() {

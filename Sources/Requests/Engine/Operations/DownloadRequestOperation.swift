@@ -132,13 +132,13 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     /// Bytes on disk that the server's range does not fit cannot be continued: they go, and the download starts again
     /// from zero (once; see ``ReattemptReason/rangeRestart``).
-    override func transferReattempt(after failure: Error) -> ReattemptReason? {
-        guard case .rangeMismatch? = failure as? DownloadError else { return nil }
+    override func transferVerdict(after failure: Error?) -> TransferVerdict<URL> {
+        guard case .rangeMismatch? = failure as? DownloadError else { return .policies }
         withLock {
             if let partial { try? FileManager.default.removeItem(at: partial.file) }
             partial = nil
         }
-        return .rangeRestart
+        return .again(.rangeRestart, delay: 0)
     }
 
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {

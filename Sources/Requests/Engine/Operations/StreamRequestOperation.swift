@@ -99,7 +99,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             stream.reconnectPolicy = policy
             stream.bufferSize = bufferSize
             stream.startConnection()
-            return StatusRule(validCodes: stream.reconnections > 0 ? [200, 204] : validCodes)
+            return StatusRule(validCodes: isReconnectingUnderLock ? [200, 204] : validCodes)
         }
     }
 
@@ -121,8 +121,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// The connection ended: after its elements (if it streamed), or as any request's attempt ends.
     override func transferEnded(body: ResponseBody, response: URLResponse?, error: Error?) -> Bool {
-        let state = ifNotCompleted { (stream.hasStarted, stream.reconnections > 0, stream.reconnectPolicy) }
-        guard let (hasStarted, isReconnection, policy) = state else {
+        guard let hasStarted = ifNotCompleted({ stream.hasStarted }) else {
             body.discard()
             return false
         }
@@ -130,17 +129,33 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             enqueue(.end(error))
             return false
         }
-        if isReconnection, policy != nil, let error, Self.isDrop(error) {
-            // The server could not be reached again: try again later, as for a connection that dropped.
-            reconnect(after: error, response: nil)
-            return false
-        }
         // Not a stream: its status, or a transport error, is interpreted like any request's.
         return true
     }
 
     override func mayAttemptAgain() -> Bool {
-        withLock { stream.elements == 0 && stream.reconnections == 0 }
+        withLock { stream.elements == 0 && !isReconnectingUnderLock }
+    }
+
+    /// A connection that dropped (or could not be made again) reconnects while the ``ReconnectPolicy`` allows, as
+    /// does one the server closed when the policy says so; once elements have arrived, the stream's outcome is its
+    /// own (no retry would send them again).
+    override func transferVerdict(after failure: Error?) -> TransferVerdict<StreamSummary> {
+        let (phase, policy, elements, isReconnection) = withLock { (stream.phase, stream.reconnectPolicy, stream.elements, isReconnectingUnderLock) }
+        var streamed = false
+        if case .streaming = phase { streamed = true }
+        guard let failure else {
+            return policy?.reconnectsWhenServerCloses == true ? reconnection(or: .success(summary())) : .finish(.success(summary()))
+        }
+        if policy != nil, Self.isDrop(failure), streamed || isReconnection {
+            return reconnection(or: .failure(failure))
+        }
+        return streamed && elements > 0 ? .finish(.failure(failure)) : .policies
+    }
+
+    /// Whether a reconnection has been made. Must be called under the lock.
+    var isReconnectingUnderLock: Bool {
+        run.reattempts[.reconnect, default: 0] > 0
     }
 
     /// Whether `error` is a connection that dropped (or could not be made), after which a stream may reconnect;
@@ -154,14 +169,11 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
     func end(with error: Error?) {
-        let state = ifNotCompleted { () -> (StreamState<R.Decoder>.Phase, ReconnectPolicy?, Int, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
+        let state = ifNotCompleted { () -> (StreamState<R.Decoder>.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
             run.bodyBytes = Int(clamping: stream.bytes)
-            return (
-                stream.phase, stream.reconnectPolicy, stream.elements, run.sentRequest.map(currentAttempt(sending:)),
-                secondsSince(run.sendTime), run.response, stream.connectionBytes
-            )
+            return (stream.phase, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), run.response, stream.connectionBytes)
         }
-        guard let (phase, policy, elements, attempt, duration, response, connectionBytes) = state, let attempt else { return }
+        guard let (phase, attempt, duration, response, connectionBytes) = state, let attempt else { return }
         if let response {
             emit(.didReceive(attempt, response, bodyBytes: connectionBytes, duration: duration))
         }
@@ -173,59 +185,35 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         case .closedByServer:
             complete(with: .success(summary()))
         case .streaming:
-            if let error {
-                if policy != nil, Self.isDrop(error) {
-                    reconnect(after: error, response: response)
-                } else if elements == 0 {
-                    decide(after: error, attempt: attempt, response: response, duration: duration)
-                } else {
-                    complete(with: .failure(error))
+            if error == nil {
+                let taken: R.Decoder? = withLock {
+                    defer { stream.decoder = nil }
+                    return stream.decoder
                 }
-                return
-            }
-            let taken: R.Decoder? = withLock {
-                defer { stream.decoder = nil }
-                return stream.decoder
-            }
-            if var decoder = taken {
-                do {
-                    try decoder.finish().forEach { _ = deliver($0) }
-                } catch {
+                if var decoder = taken {
+                    do {
+                        try decoder.finish().forEach { _ = deliver($0) }
+                    } catch {
+                        withLock { stream.decoder = decoder }
+                        interrupt(with: error)
+                        return
+                    }
                     withLock { stream.decoder = decoder }
-                    interrupt(with: error)
-                    return
                 }
-                withLock { stream.decoder = decoder }
             }
-            if policy?.reconnectsWhenServerCloses == true {
-                reconnect(after: nil, response: response)
-            } else {
-                complete(with: .success(summary()))
-            }
+            decide(after: error, attempt: attempt, response: response, duration: duration)
         }
     }
 
-    /// Sends the request again after the policy's wait, or ends the stream once the policy gives up.
-    func reconnect(after error: Error?, response: HTTPURLResponse?) {
-        let state = ifNotCompleted { () -> (ReconnectPolicy?, Int, R.Decoder?, RequestAttempt?, TimeInterval) in
+    /// Reconnects after the policy's wait (the first one after a connection that delivered something waits the plain
+    /// delay), or ends the stream with `outcome` once the policy gives up.
+    func reconnection(or outcome: Result<StreamSummary, Error>) -> TransferVerdict<StreamSummary> {
+        let (policy, emptyInARow, decoder) = withLock { () -> (ReconnectPolicy?, Int, R.Decoder?) in
             stream.emptyConnectionsInARow = stream.connectionElements > 0 ? 0 : stream.emptyConnectionsInARow + 1
-            return (
-                stream.reconnectPolicy, stream.emptyConnectionsInARow, stream.decoder,
-                run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime)
-            )
+            return (stream.reconnectPolicy, stream.emptyConnectionsInARow, stream.decoder)
         }
-        guard let (policy, emptyInARow, decoder, attempt, duration) = state, let policy, let attempt else { return }
-        guard emptyInARow < policy.maxAttempts else {
-            complete(with: error.map { .failure($0) } ?? .success(summary()))
-            return
-        }
-        // The first reconnection after a connection that delivered something waits the plain delay.
-        let delay = policy.delay(afterEmptyConnections: emptyInARow, requested: decoder?.reconnectionDelay)
-        withLock { stream.reconnections += 1 }
-        if let error {
-            emit(.didFail(attempt, error, duration: duration))
-        }
-        attemptAgain(.reconnect, after: delay, failed: attempt)
+        guard let policy, emptyInARow < policy.maxAttempts else { return .finish(outcome) }
+        return .again(.reconnect, delay: policy.delay(afterEmptyConnections: emptyInARow, requested: decoder?.reconnectionDelay))
     }
 
     func summary() -> StreamSummary {

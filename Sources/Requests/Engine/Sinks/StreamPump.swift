@@ -232,7 +232,6 @@ final class StreamState<Decoder: StreamDecoder> {
     var bytes: Int64 = 0
     /// Connections whose response was accepted.
     var connections = 0
-    var reconnections = 0
     var connectionElements = 0
     var connectionBytes = 0
     var emptyConnectionsInARow = 0

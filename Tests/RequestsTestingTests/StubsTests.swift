@@ -227,9 +227,10 @@ final class StubsTests: XCTestCase {
         // Given a session whose Stubs has been released
         var stubs: Stubs? = Stubs()
         let session = stubs?.makeSession(configuration: .ephemeral)
-        weak let released = stubs
+        // A weak capture, not `weak let` (Swift 6.2): the package builds with the 6.0 toolchain.
+        let released = { [weak stubs] in stubs }
         stubs = nil
-        XCTAssertNil(released)
+        XCTAssertNil(released())
         // When the session is used
         guard let session else { return XCTFail("no session") }
         let done = expectation(description: "completed")

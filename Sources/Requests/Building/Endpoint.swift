@@ -121,8 +121,7 @@ public struct Endpoint: Sendable, CustomStringConvertible {
 
     /// The full URL: the base URL, the path joined with one `/`, and the base URL's query followed by ``query``.
     public func url() throws -> URL {
-        guard var components = URLComponents(string: baseURL),
-            let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+        guard var components = URLComponents(string: baseURL), Boundary.isSendable(components.url),
             let host = components.host, !host.isEmpty
         else { throw RequestBuildingError.invalidBaseURL(baseURL) }
         if !path.isEmpty {

@@ -34,7 +34,7 @@ extension NetworkRequestOperation {
     /// The cache's plan for `urlRequest`: through the response cache when the transfer keeps the body in memory and
     /// the policies have one; else sent as it is.
     func cachePlan(for urlRequest: URLRequest) -> CachePlan {
-        guard let cache = withLock({ transfersInMemory ? policies.responseCache : nil }) else { return .send(urlRequest, cached: nil) }
+        guard usesResponseCache, let cache = withLock({ policies.responseCache }) else { return .send(urlRequest, cached: nil) }
         // The request's own code, read outside the lock.
         let requested = currentRequest?.cacheUse ?? .useCache
         let reloads = withLock { run.reattempts[.cacheReload, default: 0] > 0 }

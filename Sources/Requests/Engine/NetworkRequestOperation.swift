@@ -162,6 +162,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             lazyRun?.credential = nil
             lazyRun?.taskObserver = nil
             lazyRun?.cachedAttempt = nil
+            lazyRun?.upload = nil
             sharedPolicies = .none
         }
     }
@@ -286,21 +287,38 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     // MARK: - The transfer's part (the download and stream operations have their own)
 
-    /// Whether the body is kept in memory, so that the response cache applies (not to uploads, downloads or streams).
-    var transfersInMemory: Bool {
-        !(R.self is any UploadRequest.Type)
+    /// Whether the response cache applies: to a data request that is neither an upload nor a download. A type test,
+    /// so that it can be read anywhere, under the lock too.
+    final var usesResponseCache: Bool {
+        R.self is any DataRequest.Type && !(R.self is any UploadRequest.Type) && !(R.self is any DownloadRequest.Type)
     }
 
-    /// Adds the headers the transfer needs to the prepared request, and returns the statuses the attempt accepts;
-    /// `nil` when the operation has completed meanwhile. Runs before the final check, so that it sees them.
+    /// Adds what the transfer needs to the prepared request, and returns the statuses the attempt accepts; `nil` when
+    /// the operation has completed meanwhile. Runs before the final check, so that it sees them. By default: an
+    /// upload's body replaces the request's own, and a multipart form is encoded (its `Content-Type` and length).
     func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
-        StatusRule(validCodes: validCodes)
+        // An upload's body is the request's code: read outside the lock.
+        guard let upload = currentRequest.flatMap({ ($0 as? any UploadRequest)?.uploadBody }) else { return StatusRule(validCodes: validCodes) }
+        urlRequest.httpBody = nil
+        urlRequest.httpBodyStream = nil
+        var length: Int64 = -1
+        if case let .multipart(form) = upload {
+            do {
+                length = Int64(try form.apply(to: &urlRequest))
+            } catch {
+                complete(with: .failure(error))
+                return nil
+            }
+        }
+        return ifNotCompleted {
+            run.upload = (upload, length)
+            return StatusRule(validCodes: validCodes)
+        }
     }
 
     /// The task for one attempt, whose callbacks go to the transfer's sink: a body kept in memory (see `MemorySink`).
     func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
-        // An upload's body is the request's code: read outside the lock.
-        let upload = currentRequest.flatMap { ($0 as? any UploadRequest)?.uploadBody }
+        let upload = withLock { lazyRun?.upload }
         return try MemorySink.task(for: urlRequest, uploading: upload, on: session, rules: rules, callbacks: callbacks)
     }
 
@@ -313,12 +331,6 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// by default, nothing; the policies decide.
     func transferVerdict(after failure: Error?) -> TransferVerdict<R.Success> {
         .policies
-    }
-
-    /// Whether a failed attempt may be followed by a retry or a resend after a token refresh. A stream says no once
-    /// it has delivered an element.
-    func mayAttemptAgain() -> Bool {
-        true
     }
 }
 

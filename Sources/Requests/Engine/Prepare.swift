@@ -3,12 +3,10 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// The policy pipeline of a ``NetworkRequestOperation``: what happens before an attempt is sent (`makeURLRequest`,
-/// adapters, the authenticator, the checks) and after one fails (a resend after a token refresh, a retry), and
-/// the monitor events. The transport is `TransferSession` and the `TransferSink` of the attempt.
+/// Step 1 of an attempt, preparing it: `makeURLRequest`, the adapters in order, the authenticator's credential, what
+/// the transfer adds, the cache's plan, and the one final check. Each asynchronous step's answer is taken once (see
+/// `beginStep`).
 extension NetworkRequestOperation {
-    // MARK: - Preparing an attempt
-
     /// Asks the request for the `URLRequest` of the current attempt.
     func startAttempt() {
         guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }

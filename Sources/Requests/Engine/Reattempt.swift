@@ -43,8 +43,8 @@ enum TransferVerdict<Success> {
 extension NetworkRequestOperation {
     /// After an attempt that ended without a value, with `failure` (or cleanly, for a stream whose connection the
     /// server closed): in order, a cancellation finishes; the transfer's verdict (a range restart, a stream's
-    /// reconnection, or its outcome); then, while the transfer allows another attempt, a resend after a token refresh
-    /// (once), then the retry policy; else the request fails with `failure`.
+    /// reconnection, or its outcome); then a resend after a token refresh (once), then the retry policy; else the
+    /// request fails with `failure`. Every failure is reported to the monitors first.
     func decide(after failure: Error?, attempt: RequestAttempt, response: HTTPURLResponse?, duration: TimeInterval) {
         if let failure {
             guard (failure as? URLError)?.code != .cancelled else {
@@ -63,8 +63,8 @@ extension NetworkRequestOperation {
         case .again, .policies:
             break
         }
-        guard let failure, mayAttemptAgain() else {
-            complete(with: .failure(failure ?? RequestQueueError.misuse("\(type(of: self)) ended an attempt with nothing to decide")))
+        guard let failure else {
+            complete(with: .failure(RequestQueueError.misuse("\(type(of: self)) ended an attempt with nothing to decide")))
             return
         }
         if !reauthenticate(after: failure, attempt: attempt), !retry(after: failure, attempt: attempt, response: response) {

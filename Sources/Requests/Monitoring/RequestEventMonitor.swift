@@ -24,8 +24,10 @@ public protocol RequestEventMonitor: Sendable {
     func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
     /// An attempt failed: a transport error, a status or validation error, or a body that could not be processed.
     func requestDidFail(_ attempt: RequestAttempt, error: Error, duration: TimeInterval)
-    /// After a failed attempt, the next one will start in `delay` seconds (a retry, or a resend after a token refresh).
-    /// Called by the default ``requestWillAttemptAgain(_:reason:delay:)``, for every reason.
+    /// The next attempt will start in `delay` seconds. Called by the default
+    /// ``requestWillAttemptAgain(_:reason:delay:)``, for every reason: after a failed attempt (a retry, a resend after a
+    /// token refresh, a range restart, a reconnection after a drop), and also where nothing failed (a cache reload, a
+    /// reconnection after the server closed the stream).
     func requestDidRetry(_ attempt: RequestAttempt, delay: TimeInterval)
     /// The request will be sent again in `delay` seconds, for `reason`: a retry or a resend after a token refresh
     /// (after ``requestDidFail(_:error:duration:)``), a cache reload after a `304` for another representation, a

@@ -305,10 +305,20 @@ final class StreamTests: XCTestCase {
         let path = path("always-drops")
         server.stream(path) { _ in .events(["retry: 1", ": nothing yet"], ending: .reset) }
         // When it is read with at most three empty connections in a row
-        let (probe, _) = run(StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: ReconnectPolicy(maxAttempts: 3)))
+        let log = StreamEventLog()
+        let (probe, _) = run(
+            StreamOf(url: server.url(path), decoder: { ServerSentEventDecoder() }, policy: ReconnectPolicy(maxAttempts: 3)),
+            policies: RequestPolicies(monitors: [log]))
         // Then it fails with the transport error after three connections
         XCTAssertTrue(probe.outcome?.failure is URLError, "\(String(describing: probe.outcome))")
         XCTAssertEqual(server.requestCount(path: path), 3)
+        // And monitors saw each connection fail, the last one too, before the finish
+        XCTAssertEqual(
+            log.lines.values,
+            [
+                "send 1 -", "receive 1 200", "fail 1", "retry 1", "send 2 -", "receive 2 200", "fail 2", "retry 2", "send 3 -", "receive 3 200", "fail 3",
+                "finish error",
+            ])
     }
 
     // MARK: - Status, retries, limits

@@ -28,7 +28,6 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     private var transfer: FileSink?
     private var keepsPartialFile = false
     private var keepsPartialFileOnCancel = false
-    private var sentRange = false
     private var resumeDestination: URL?
     private var storedResumeState: ResumeState?
 
@@ -59,10 +58,6 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     // MARK: - Each attempt
 
-    override var transfersInMemory: Bool {
-        false
-    }
-
     /// Asks for the bytes as they are on disk (`Accept-Encoding: identity`, unless the request sets its own) and, when
     /// earlier bytes can be continued, for the rest (`Range`, `If-Range`); a `206` then stands for the `200`.
     override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
@@ -82,7 +77,6 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
                 try? FileManager.default.removeItem(at: partial.file)
             }
             partial = resumable
-            sentRange = resumable != nil
             resumeDestination = destination
             return true
         }
@@ -111,7 +105,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     }
 
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
-        let resuming = withLock { sentRange ? partial : nil }
+        let resuming = withLock { run.statusRule.partialContinuesWhole ? partial : nil }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
         let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)
         withLock { self.transfer = transfer }

@@ -74,10 +74,6 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     // MARK: - Each connection (the transfer's part of the engine)
 
-    override var transfersInMemory: Bool {
-        false
-    }
-
     /// Adds the decoder's headers (its place in the stream: `Last-Event-ID`) and starts a connection; a reconnection
     /// accepts only a `200` (or a `204`, which ends the stream).
     override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
@@ -133,24 +129,22 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         return true
     }
 
-    override func mayAttemptAgain() -> Bool {
-        withLock { stream.elements == 0 && !isReconnectingUnderLock }
-    }
-
     /// A connection that dropped (or could not be made again) reconnects while the ``ReconnectPolicy`` allows, as
-    /// does one the server closed when the policy says so; once elements have arrived, the stream's outcome is its
-    /// own (no retry would send them again).
+    /// does one the server closed when the policy says so. Once an element has arrived or a reconnection was made, the
+    /// stream's outcome is its own: no retry or token refresh sends the request again.
     override func transferVerdict(after failure: Error?) -> TransferVerdict<StreamSummary> {
         let (phase, policy, elements, isReconnection) = withLock { (stream.phase, stream.reconnectPolicy, stream.elements, isReconnectingUnderLock) }
-        var streamed = false
-        if case .streaming = phase { streamed = true }
         guard let failure else {
             return policy?.reconnectsWhenServerCloses == true ? reconnection(or: .success(summary())) : .finish(.success(summary()))
         }
-        if policy != nil, Self.isDrop(failure), streamed || isReconnection {
+        var streamed = false
+        var rejected = false
+        if case .streaming = phase { streamed = true }
+        if case .rejected = phase { rejected = true }
+        if policy != nil, !rejected, Self.isDrop(failure), streamed || isReconnection {
             return reconnection(or: .failure(failure))
         }
-        return streamed && elements > 0 ? .finish(.failure(failure)) : .policies
+        return elements > 0 || isReconnection ? .finish(.failure(failure)) : .policies
     }
 
     /// Whether a reconnection has been made. Must be called under the lock.

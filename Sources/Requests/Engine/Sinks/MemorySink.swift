@@ -49,10 +49,11 @@ final class MemorySink: TransferSink, @unchecked Sendable {
 }
 
 extension MemorySink {
-    /// The task of one attempt whose response body is kept in memory: a data task, or an upload of `upload`, which
-    /// replaces any body the `URLRequest` has (an upload's bytes sent also count as progress).
+    /// The task of one attempt whose response body is kept in memory: a data task, or an upload of `upload` as the
+    /// preparation left it (a multipart form encoded into the request; an upload's bytes sent also count as progress).
     static func task(
-        for urlRequest: URLRequest, uploading upload: UploadBody?, on session: URLSession, rules: TransferRules, callbacks: any AttemptCallbacks
+        for urlRequest: URLRequest, uploading upload: (body: UploadBody, length: Int64)?, on session: URLSession, rules: TransferRules,
+        callbacks: any AttemptCallbacks
     ) throws -> URLSessionTask {
         guard let upload else {
             #if canImport(FoundationNetworking)
@@ -65,11 +66,9 @@ extension MemorySink {
             return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules)) { $0.dataTask(with: urlRequest) }
         }
         var urlRequest = urlRequest
-        urlRequest.httpBody = nil
-        urlRequest.httpBodyStream = nil
         let make: (URLSession) -> URLSessionTask
-        var length: Int64 = -1
-        switch upload {
+        var length = upload.length
+        switch upload.body {
         case let .data(data):
             make = { $0.uploadTask(with: urlRequest, from: data) }
         case let .file(file):
@@ -85,8 +84,7 @@ extension MemorySink {
             #else
             make = { [urlRequest] in $0.uploadTask(with: urlRequest, fromFile: file) }
             #endif
-        case let .multipart(form):
-            length = Int64(try form.apply(to: &urlRequest))
+        case .multipart:
             if let data = urlRequest.httpBody {
                 urlRequest.httpBody = nil
                 make = { [urlRequest] in $0.uploadTask(with: urlRequest, from: data) }

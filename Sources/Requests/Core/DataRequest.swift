@@ -36,7 +36,7 @@ extension DataRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        DataRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        DataRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind())
     }
 }
 
@@ -109,7 +109,7 @@ extension DecodableRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        DecodableRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        DecodableRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(isDecodable: true))
     }
 }
 
@@ -174,6 +174,6 @@ extension NoContentRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        NoContentRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        NoContentRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind())
     }
 }

@@ -10,31 +10,31 @@ struct CachedAttempt {
     let requestTime: Date
 }
 
+/// What the cache makes of the prepared request, decided before the final check so that the check sees the
+/// request as it will be sent (with the stored validators, which come from a file on disk).
+enum CachePlan {
+    /// Send `request` (maybe conditional); `cached` is the cache's part in the attempt.
+    case send(URLRequest, cached: CachedAttempt?)
+    /// Answer with a stored response, without the network.
+    case serve(CachedResponse)
+    /// Nothing may be sent, and nothing stored answers (``CacheUse/onlyIfCached``).
+    case fail(Error)
+
+    /// The request the final check is to see.
+    func checked(_ prepared: URLRequest) -> URLRequest {
+        if case let .send(request, _) = self { return request }
+        return prepared
+    }
+}
+
 /// The ``ResponseCache`` as a stage around a send whose body is kept in memory: before it, a fresh hit answers without
 /// the network and a stale entry adds its validators; after it, a `304` is answered with the stored body and a
 /// storable response is stored. Either way the body is interpreted like any other (status rule, validations, kind).
 extension NetworkRequestOperation {
-    /// What the cache makes of the prepared request, decided before the final check so that the check sees the
-    /// request as it will be sent (with the stored validators, which come from a file on disk).
-    enum CachePlan {
-        /// Send `request` (maybe conditional); `cached` is the cache's part in the attempt.
-        case send(URLRequest, cached: CachedAttempt?)
-        /// Answer with a stored response, without the network.
-        case serve(CachedResponse)
-        /// Nothing may be sent, and nothing stored answers (``CacheUse/onlyIfCached``).
-        case fail(Error)
-
-        /// The request the final check is to see.
-        func checked(_ prepared: URLRequest) -> URLRequest {
-            if case let .send(request, _) = self { return request }
-            return prepared
-        }
-    }
-
-    /// The cache's plan for `urlRequest`: through the response cache when the transfer keeps the body in memory and
-    /// the policies have one; else sent as it is.
-    func cachePlan(for urlRequest: URLRequest) -> CachePlan {
-        guard usesResponseCache, let cache = withLock({ policies.responseCache }) else { return .send(urlRequest, cached: nil) }
+    /// The plan of `cache` (the policies', if any) for `urlRequest`: through the response cache when it applies to the
+    /// request's kind; else sent as it is.
+    func cachePlan(for urlRequest: URLRequest, in cache: ResponseCache?) -> CachePlan {
+        guard let cache, usesResponseCache else { return .send(urlRequest, cached: nil) }
         // The request's own code, read outside the lock.
         let requested = currentRequest?.cacheUse ?? .useCache
         let reloads = withLock { run.reattempts[.cacheReload, default: 0] > 0 }

@@ -6,7 +6,7 @@ import Foundation
 import Glibc
 #endif
 
-/// The body interpreter of a ``DownloadRequest`` (see `BodyInterpreter.forKind(of:)`): the file the `FileSink` wrote
+/// The body interpreter of a ``DownloadRequest`` (see `BodyInterpreter.download`): the file the `FileSink` wrote
 /// is checked, then committed to the request's destination atomically, or removed.
 enum DownloadPlacement {
     /// Checks a download's file (``DownloadRequest/integrity``, a resumed download's announced length) and moves it next

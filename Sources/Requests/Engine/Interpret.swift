@@ -34,31 +34,31 @@ struct BodyInterpreter<R: NetworkRequest> {
 }
 
 extension BodyInterpreter where R: DataRequest {
-    /// The interpreter of `request`'s kind: a download's file is checked and committed to its destination; any other
-    /// body is kept in memory and goes to ``DataRequest/processResponse(_:response:)``, after the empty-body rules of
-    /// a ``DecodableRequest``.
-    static func forKind(of request: R) -> BodyInterpreter {
-        if R.self is any DownloadRequest.Type {
-            return BodyInterpreter { body, response, _, request in
-                guard let download = request as? any DownloadRequest else {
-                    throw RequestQueueError.misuse("\(R.self) is not a download")
-                }
-                let placed = try DownloadPlacement.place(body, response: response, for: download)
-                guard let value = placed.value as? R.Success else {
-                    throw RequestQueueError.misuse("\(R.self) does not succeed with a URL")
-                }
-                return Processed(value: value, commit: placed.commit, abandon: placed.abandon)
+    /// A download's file, checked and committed to its destination (see `DownloadPlacement`).
+    static var download: BodyInterpreter {
+        BodyInterpreter { body, response, _, request in
+            guard let download = request as? any DownloadRequest else {
+                throw RequestQueueError.misuse("\(R.self) is not a download")
             }
+            let placed = try DownloadPlacement.place(body, response: response, for: download)
+            guard let value = placed.value as? R.Success else {
+                throw RequestQueueError.misuse("\(R.self) does not succeed with a URL")
+            }
+            return Processed(value: value, commit: placed.commit, abandon: placed.abandon)
         }
-        let emptyBody = (request as? any DecodableRequest).map { EmptyBodyRule<R.Success>($0) }
-        return BodyInterpreter { body, response, sent, request in
+    }
+
+    /// A body kept in memory, turned into `Success` by ``DataRequest/processResponse(_:response:)``; for a
+    /// ``DecodableRequest``, an empty body goes through its empty-body rules first (the only place that reads them).
+    static func data(isDecodable: Bool) -> BodyInterpreter {
+        BodyInterpreter { body, response, sent, request in
             guard case let .data(data) = body else {
                 throw RequestQueueError.misuse("\(R.self) received a file it cannot process")
             }
-            guard let emptyBody else {
-                return Processed(value: try request.processResponse(data, response: response))
+            if isDecodable, data.isEmpty, let decodable = request as? any DecodableRequest {
+                return Processed(value: try EmptyBodyRule<R.Success>(decodable).value(of: data, response: response, sent: sent, processing: request))
             }
-            return Processed(value: try emptyBody.value(of: data, response: response, sent: sent, processing: request))
+            return Processed(value: try request.processResponse(data, response: response))
         }
     }
 }
@@ -76,7 +76,6 @@ struct EmptyBodyRule<Success> {
 
     func value<R: DataRequest>(of data: Data, response: HTTPURLResponse, sent: URLRequest, processing request: R) throws -> Success
     where R.Success == Success {
-        guard data.isEmpty else { return try request.processResponse(data, response: response) }
         let method = HTTPMethod(rawValue: sent.httpMethod ?? "GET")
         if statusCodes.contains(response.statusCode) || methods.contains(method),
             let empty = (Success.self as? EmptyResponse.Type)?.emptyValue() as? Success

@@ -29,6 +29,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     public let identifier: String
     /// Turns an accepted response's body into `Success`; chosen from the request's kind.
     let interpreter: BodyInterpreter<R>
+    /// Whether the request is an ``UploadRequest``, and whether the response cache applies to it (a data request that
+    /// is neither an upload nor a download): set once, when the operation is created.
+    let isUpload: Bool
+    let usesResponseCache: Bool
 
     // All guarded by the lock of `AsyncOperation`.
     var request: R?
@@ -53,16 +57,23 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         self.identifier = request.identifier
         self.request = request
         self.interpreter = .unsupported
+        self.isUpload = false
+        self.usesResponseCache = false
         self.sharedPolicies = SharedPolicies.none.adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
     /// Creates an operation whose responses `interpreter` turns into `Success`.
-    init(request: R, session: URLSession, completionQueue: DispatchQueue?, completion: R.CompletionType?, interpreter: BodyInterpreter<R>) {
+    init(
+        request: R, session: URLSession, completionQueue: DispatchQueue?, completion: R.CompletionType?, interpreter: BodyInterpreter<R>,
+        isUpload: Bool = false, usesResponseCache: Bool = false
+    ) {
         self.session = session
         self.identifier = request.identifier
         self.request = request
         self.interpreter = interpreter
+        self.isUpload = isUpload
+        self.usesResponseCache = usesResponseCache
         self.sharedPolicies = SharedPolicies.none.adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
@@ -287,18 +298,14 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     // MARK: - The transfer's part (the download and stream operations have their own)
 
-    /// Whether the response cache applies: to a data request that is neither an upload nor a download. A type test,
-    /// so that it can be read anywhere, under the lock too.
-    final var usesResponseCache: Bool {
-        R.self is any DataRequest.Type && !(R.self is any UploadRequest.Type) && !(R.self is any DownloadRequest.Type)
-    }
-
     /// Adds what the transfer needs to the prepared request, and returns the statuses the attempt accepts; `nil` when
     /// the operation has completed meanwhile. Runs before the final check, so that it sees them. By default: an
     /// upload's body replaces the request's own, and a multipart form is encoded (its `Content-Type` and length).
     func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
         // An upload's body is the request's code: read outside the lock.
-        guard let upload = currentRequest.flatMap({ ($0 as? any UploadRequest)?.uploadBody }) else { return StatusRule(validCodes: validCodes) }
+        guard isUpload, let upload = currentRequest.flatMap({ ($0 as? any UploadRequest)?.uploadBody }) else {
+            return StatusRule(validCodes: validCodes)
+        }
         urlRequest.httpBody = nil
         urlRequest.httpBodyStream = nil
         var length: Int64 = -1
@@ -318,7 +325,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     /// The task for one attempt, whose callbacks go to the transfer's sink: a body kept in memory (see `MemorySink`).
     func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
-        let upload = withLock { lazyRun?.upload }
+        let upload = isUpload ? withLock { lazyRun?.upload } : nil
         return try MemorySink.task(for: urlRequest, uploading: upload, on: session, rules: rules, callbacks: callbacks)
     }
 

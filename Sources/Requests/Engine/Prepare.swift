@@ -74,16 +74,19 @@ extension NetworkRequestOperation {
         // The request's own code, read outside the lock.
         guard let validCodes = currentRequest?.validHTTPStatusCodes else { return }
         var urlRequest = urlRequest
-        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes) else { return }
-        let plan = cachePlan(for: urlRequest)
-        guard let preconditions = ifNotCompleted({ policies.preconditions }) else { return }
+        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes),
+            let (preconditions, cache) = ifNotCompleted({ () -> ([RequestPrecondition], ResponseCache?) in
+                run.statusRule = rule
+                return (policies.preconditions, policies.responseCache)
+            })
+        else { return }
+        let plan = cachePlan(for: urlRequest, in: cache)
         do {
             try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions)
         } catch {
             complete(with: .failure(error))
             return
         }
-        guard ifNotCompleted({ run.statusRule = rule }) != nil else { return }
         follow(plan, for: urlRequest, credential: credential)
     }
 

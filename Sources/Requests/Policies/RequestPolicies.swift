@@ -66,36 +66,18 @@ public struct RequestPolicies: Sendable {
     /// contributes: its adapters, preconditions, validations and sensitive headers come after the queue's; its retry
     /// policy, limits, redirect policy and response cache replace the queue's; it may opt out of the authenticator.
     func adding<R: NetworkRequest>(_ request: R) -> RequestPolicies? {
+        // Each property is read once (it is the request's code), and no generic helper: this runs for every request.
         var policies = self
         var changed = false
-        func append<T>(_ own: [T], to list: inout [T]) {
-            guard !own.isEmpty else { return }
-            list += own
-            changed = true
-        }
-        func replace<T>(_ value: inout T, with own: T?) {
-            guard let own else { return }
-            value = own
-            changed = true
-        }
-        // A separate name: with `replace`, an optional policy would be wrapped once more and always "set".
-        func replaceOptional<T>(_ value: inout T?, with own: T?) {
-            guard let own else { return }
-            value = own
-            changed = true
-        }
-        append(request.adapters, to: &policies.adapters)
-        append(request.preconditions, to: &policies.preconditions)
-        append(request.validations, to: &policies.validations)
-        append(request.sensitiveHeaders, to: &policies.sensitiveHeaders)
-        replaceOptional(&policies.retryPolicy, with: request.retryPolicy)
-        replace(&policies.limits, with: request.limits)
-        replace(&policies.redirectPolicy, with: request.redirectPolicy)
-        replaceOptional(&policies.responseCache, with: request.responseCache)
-        if !request.usesAuthenticator, policies.authenticator != nil {
-            policies.authenticator = nil
-            changed = true
-        }
+        if case let own = request.adapters, !own.isEmpty { (policies.adapters, changed) = (adapters + own, true) }
+        if case let own = request.preconditions, !own.isEmpty { (policies.preconditions, changed) = (preconditions + own, true) }
+        if case let own = request.validations, !own.isEmpty { (policies.validations, changed) = (validations + own, true) }
+        if case let own = request.sensitiveHeaders, !own.isEmpty { (policies.sensitiveHeaders, changed) = (sensitiveHeaders + own, true) }
+        if let own = request.retryPolicy { (policies.retryPolicy, changed) = (own, true) }
+        if let own = request.limits { (policies.limits, changed) = (own, true) }
+        if let own = request.redirectPolicy { (policies.redirectPolicy, changed) = (own, true) }
+        if let own = request.responseCache { (policies.responseCache, changed) = (own, true) }
+        if !request.usesAuthenticator, authenticator != nil { (policies.authenticator, changed) = (nil, true) }
         return changed ? policies : nil
     }
 }

@@ -63,6 +63,6 @@ extension DownloadRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<URL, Failure> {
-        DownloadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        DownloadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(isDownload: true))
     }
 }

@@ -32,7 +32,7 @@ extension UploadRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(isUpload: true))
     }
 }
 
@@ -45,7 +45,7 @@ extension UploadRequest where Self: DecodableRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(isUpload: true, isDecodable: true))
     }
 }
 
@@ -56,7 +56,7 @@ extension UploadRequest where Self: NoContentRequest {
         completionQueue: DispatchQueue?,
         completion: CompletionType?
     ) -> RequestOperation<Success, Failure> {
-        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion)
+        UploadRequestOperation(request: self, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(isUpload: true))
     }
 }
 

@@ -15,13 +15,22 @@ public class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
     /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
     /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
-    public override init(
+    public override convenience init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,
         completion: R.CompletionType? = nil
     ) {
-        super.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .forKind(of: request))
+        self.init(request: request, session: session, completionQueue: completionQueue, completion: completion, kind: RequestKind(of: R.self))
+    }
+
+    /// Creates an operation whose parts come from `kind`: the interpreter, and whether the body is an upload and the
+    /// response cache applies. The `makeOperation` defaults pass the kind they know statically.
+    init(request: R, session: URLSession, completionQueue: DispatchQueue?, completion: R.CompletionType?, kind: RequestKind) {
+        super.init(
+            request: request, session: session, completionQueue: completionQueue, completion: completion,
+            interpreter: kind.isDownload ? .download : .data(isDecodable: kind.isDecodable), isUpload: kind.isUpload,
+            usesResponseCache: !kind.isUpload && !kind.isDownload)
     }
 }
 
@@ -31,3 +40,19 @@ public final class DecodableRequestOperation<R: DecodableRequest>: DataRequestOp
 
 /// Runs a ``NoContentRequest``: a ``DataRequestOperation`` that expects an empty body.
 public final class NoContentRequestOperation<R: NoContentRequest>: DataRequestOperation<R>, @unchecked Sendable {}
+
+/// What a data request's kind adds to its operation's parts, known statically where the `makeOperation` defaults
+/// make the operation (`RequestKind(of:)` tests the type for an operation created directly).
+struct RequestKind {
+    var isUpload = false
+    var isDownload = false
+    var isDecodable = false
+
+    init(isUpload: Bool = false, isDownload: Bool = false, isDecodable: Bool = false) {
+        (self.isUpload, self.isDownload, self.isDecodable) = (isUpload, isDownload, isDecodable)
+    }
+
+    init<R: DataRequest>(of type: R.Type) {
+        self.init(isUpload: R.self is any UploadRequest.Type, isDownload: R.self is any DownloadRequest.Type, isDecodable: R.self is any DecodableRequest.Type)
+    }
+}

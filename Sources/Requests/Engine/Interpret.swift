@@ -6,16 +6,20 @@ import Foundation
 /// Which statuses an attempt accepts, as data: the request's valid codes, and what the transfer adds. Set when the
 /// attempt is prepared, and read by both the interpreter and a stream's transfer, so that they cannot disagree.
 struct StatusRule: Sendable {
-    /// The request's ``NetworkRequest/validHTTPStatusCodes``, or a stream reconnection's `200` and `204`.
-    var validCodes: [Int]
+    /// The codes accepted: `nil` for the request's own ``NetworkRequest/validHTTPStatusCodes`` (read where the
+    /// response is interpreted), or the transfer's (a stream's first connection reads the request's, a reconnection
+    /// takes `200` and `204`).
+    var validCodes: [Int]? = nil
     /// A resumed download's `206` stands for the `200` it continues.
     var partialContinuesWhole = false
 
-    func accepts(_ status: Int) -> Bool {
+    /// Whether `status` passes, with `requestCodes` standing for the request's own codes.
+    func accepts(_ status: Int, requestCodes: @autoclosure () -> [Int]) -> Bool {
+        let codes = validCodes ?? requestCodes()
         if partialContinuesWhole, status == 206 {
-            return validCodes.contains(200) || validCodes.contains(206)
+            return codes.contains(200) || codes.contains(206)
         }
-        return validCodes.contains(status)
+        return codes.contains(status)
     }
 }
 
@@ -101,7 +105,7 @@ extension NetworkRequestOperation {
             guard let httpResponse = response as? HTTPURLResponse else {
                 throw RequestQueueError.nonHTTPResponse(response)
             }
-            guard rule.accepts(httpResponse.statusCode) else {
+            guard rule.accepts(httpResponse.statusCode, requestCodes: request.validHTTPStatusCodes) else {
                 throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
             }
             try Self.validate(httpResponse, sent: sent, body: body.inMemory, with: validations)

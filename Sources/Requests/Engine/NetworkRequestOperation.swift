@@ -301,10 +301,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// Adds what the transfer needs to the prepared request, and returns the statuses the attempt accepts; `nil` when
     /// the operation has completed meanwhile. Runs before the final check, so that it sees them. By default: an
     /// upload's body replaces the request's own, and a multipart form is encoded (its `Content-Type` and length).
-    func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
+    func prepareTransfer(_ urlRequest: inout URLRequest) -> StatusRule? {
         // An upload's body is the request's code: read outside the lock.
         guard isUpload, let upload = currentRequest.flatMap({ ($0 as? any UploadRequest)?.uploadBody }) else {
-            return StatusRule(validCodes: validCodes)
+            return StatusRule()
         }
         urlRequest.httpBody = nil
         urlRequest.httpBodyStream = nil
@@ -319,7 +319,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         }
         return ifNotCompleted {
             run.upload = (upload, length)
-            return StatusRule(validCodes: validCodes)
+            return StatusRule()
         }
     }
 

@@ -71,16 +71,14 @@ extension NetworkRequestOperation {
     /// The transfer's headers, the response cache's plan (its validators), then the one final check
     /// (``Boundary/checkFinal(_:preconditions:)``) of the request as it will be sent; then it is sent, or served.
     func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
-        // The request's own code, read outside the lock.
-        guard let validCodes = currentRequest?.validHTTPStatusCodes else { return }
         var urlRequest = urlRequest
-        guard let rule = prepareTransfer(&urlRequest, validCodes: validCodes),
+        guard let rule = prepareTransfer(&urlRequest),
             let (preconditions, cache) = ifNotCompleted({ () -> ([RequestPrecondition], ResponseCache?) in
                 run.statusRule = rule
                 return (policies.preconditions, policies.responseCache)
             })
         else { return }
-        let plan = cachePlan(for: urlRequest, in: cache)
+        let plan = cache == nil ? CachePlan.send(urlRequest, cached: nil) : cachePlan(for: urlRequest, in: cache)
         do {
             try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions)
         } catch {

@@ -26,7 +26,7 @@ final class RunState {
     var sendTime = DispatchTime.now()
     var attemptsSent = 0
     /// What the current attempt accepts as a status, set when it is prepared.
-    var statusRule = StatusRule(validCodes: successfulHTTPStatusCodes)
+    var statusRule = StatusRule()
     /// How many times the request was sent again, per reason (see `Reattempt.swift`).
     var reattempts: [ReattemptReason: Int] = [:]
     /// The current attempt's upload body as prepared, and its length (-1: unknown until sent).

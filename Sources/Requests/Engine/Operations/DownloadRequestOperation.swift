@@ -60,7 +60,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     /// Asks for the bytes as they are on disk (`Accept-Encoding: identity`, unless the request sets its own) and, when
     /// earlier bytes can be continued, for the rest (`Range`, `If-Range`); a `206` then stands for the `200`.
-    override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
+    override func prepareTransfer(_ urlRequest: inout URLRequest) -> StatusRule? {
         // The request's own code, read outside the lock.
         let destination = currentRequest?.destination
         if urlRequest.value(forHTTPHeaderField: "Accept-Encoding") == nil {
@@ -81,7 +81,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             return true
         }
         guard current != nil else { return nil }
-        return StatusRule(validCodes: validCodes, partialContinuesWhole: resumable != nil)
+        return StatusRule(partialContinuesWhole: resumable != nil)
     }
 
     /// `partial` as the next attempt can continue it: cut to the bytes that are really on disk (someone may have

@@ -76,8 +76,9 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// Adds the decoder's headers (its place in the stream: `Last-Event-ID`) and starts a connection; a reconnection
     /// accepts only a `200` (or a `204`, which ends the stream).
-    override func prepareTransfer(_ urlRequest: inout URLRequest, validCodes: [Int]) -> StatusRule? {
+    override func prepareTransfer(_ urlRequest: inout URLRequest) -> StatusRule? {
         guard let request = currentRequest else { return nil }
+        let validCodes = request.validHTTPStatusCodes
         // The request's own code, read outside the lock.
         var decoder = request.makeDecoder()
         let policy = request.reconnectPolicy

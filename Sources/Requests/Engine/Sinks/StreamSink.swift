@@ -25,7 +25,8 @@ final class StreamSink: TransferSink, @unchecked Sendable {
 
     override func shouldAccept(_ response: URLResponse) -> Bool {
         guard super.shouldAccept(response) else { return false }
-        guard let response = response as? HTTPURLResponse, statusRule.accepts(response.statusCode) else { return true }
+        // A stream's rule always names its codes (see `StreamRequestOperation.prepareTransfer`).
+        guard let response = response as? HTTPURLResponse, statusRule.accepts(response.statusCode, requestCodes: []) else { return true }
         lock.lock()
         isStreaming = true
         lock.unlock()

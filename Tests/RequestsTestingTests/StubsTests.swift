@@ -227,7 +227,7 @@ final class StubsTests: XCTestCase {
         // Given a session whose Stubs has been released
         var stubs: Stubs? = Stubs()
         let session = stubs?.makeSession(configuration: .ephemeral)
-        // A weak capture, not `weak let` (Swift 6.2): the package builds with the 6.0 toolchain.
+        // A weak capture, not a weak constant (Swift 6.2): the package builds with the 6.0 toolchain.
         let released = { [weak stubs] in stubs }
         stubs = nil
         XCTAssertNil(released())

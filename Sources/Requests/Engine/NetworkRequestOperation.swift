@@ -3,21 +3,10 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Runs a ``NetworkRequest``: the engine every request kind shares. One request, top to bottom:
-///
-/// 1. **Prepare** (`Prepare.swift`): `makeURLRequest`, the adapters, the authenticator, the headers the transfer
-///    adds (`Range`, `Last-Event-ID`, …), then one final check of the request as it will be sent (`Boundary`).
-/// 2. **Send** (this file): the response cache may answer, or add validators before the final check
-///    (`CachingStage.swift`); otherwise a task whose body goes to the transfer's sink (`Sinks/`), on the transfer
-///    session (`Transport/`).
-/// 3. **Interpret** (`Interpret.swift`): the attempt's status rule, the validations, then the body interpreter that
-///    the request's kind chose (JSON with the empty-body rules, text, no content, data, a download's file).
-/// 4. **Decide** (`Reattempt.swift`): finish, or attempt again after a delay for a reason (a retry, a token refresh,
-///    a cache reload, a range restart, a stream's reconnection), each with its own count.
-///
-/// Each kind of request has its operation class: ``DataRequestOperation`` (and the decodable, no-content, upload and
-/// download ones) and ``StreamRequestOperation``. They differ only in their parts: the body interpreter, chosen from the
-/// request's kind, and the transfer (memory, file, stream). Dependents wait for the final outcome.
+/// Runs a ``NetworkRequest``: the engine every request kind shares. Each attempt is prepared (`makeURLRequest`, the
+/// adapters, the authenticator, one final check), sent (or answered by the ``ResponseCache``), interpreted (the status,
+/// the validations, the body as the request's kind says), and then finished or sent again for a
+/// ``ReattemptReason``. Dependents wait for the final outcome.
 ///
 /// Cancelling it cancels the `URLSessionTask` (or the backoff, or the wait for a refresh) and completes at
 /// once with ``RequestQueueError/cancelled``, without waiting for the server. After it finishes it holds no
@@ -47,20 +36,13 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     ///
     /// The engine alone has no body interpreter: a response it accepts fails with ``RequestQueueError/misuse(_:)``. The
     /// operation of each request kind has one (see ``DataRequestOperation``).
-    public init(
+    public convenience init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,
         completion: R.CompletionType? = nil
     ) {
-        self.session = session
-        self.identifier = request.identifier
-        self.request = request
-        self.interpreter = .unsupported
-        self.isUpload = false
-        self.usesResponseCache = false
-        self.sharedPolicies = SharedPolicies.none.adding(request)
-        super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
+        self.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
     }
 
     /// Creates an operation whose responses `interpreter` turns into `Success`.

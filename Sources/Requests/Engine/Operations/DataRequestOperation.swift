@@ -15,7 +15,7 @@ public class DataRequestOperation<R: DataRequest>: NetworkRequestOperation<R>, @
     /// Creates an operation for `request`; it does nothing until started, usually by an `OperationQueue`.
     /// `addRequest` and the other ways of adding a request give it the queue's ``RequestPolicies``; a plain
     /// `addOperation` does not. Keep a reference to an operation you start yourself until it finishes.
-    public override convenience init(
+    public convenience init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,
@@ -47,11 +47,9 @@ struct RequestKind {
     var isUpload = false
     var isDownload = false
     var isDecodable = false
+}
 
-    init(isUpload: Bool = false, isDownload: Bool = false, isDecodable: Bool = false) {
-        (self.isUpload, self.isDownload, self.isDecodable) = (isUpload, isDownload, isDecodable)
-    }
-
+extension RequestKind {
     init<R: DataRequest>(of type: R.Type) {
         self.init(isUpload: R.self is any UploadRequest.Type, isDownload: R.self is any DownloadRequest.Type, isDecodable: R.self is any DecodableRequest.Type)
     }

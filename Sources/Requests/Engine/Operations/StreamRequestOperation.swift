@@ -46,7 +46,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     }
 
     /// Creates an operation whose elements go nowhere: only its ``StreamSummary`` reaches `completion`.
-    public override convenience init(
+    public convenience init(
         request: R,
         session: URLSession = .shared,
         completionQueue: DispatchQueue? = nil,

@@ -168,11 +168,10 @@ final class FileSink: TransferSink, @unchecked Sendable {
     }
 
     override func dropBody() {
-        lock.lock()
-        isStopped = true
-        let handle = self.handle
-        self.handle = nil
-        lock.unlock()
+        let handle = lock.withLock { () -> FileHandle? in
+            defer { (isStopped, self.handle) = (true, nil) }
+            return self.handle
+        }
         try? handle?.close()
     }
 

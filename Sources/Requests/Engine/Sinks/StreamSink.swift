@@ -27,9 +27,7 @@ final class StreamSink: TransferSink, @unchecked Sendable {
         guard super.shouldAccept(response) else { return false }
         // A stream's rule always names its codes (see `StreamRequestOperation.prepareTransfer`).
         guard let response = response as? HTTPURLResponse, statusRule.accepts(response.statusCode, requestCodes: []) else { return true }
-        lock.lock()
-        isStreaming = true
-        lock.unlock()
+        lock.withLock { isStreaming = true }
         streamCallbacks?.streamDidStart(response, transfer: self)
         return true
     }

@@ -59,10 +59,7 @@ class TransferSink: @unchecked Sendable {
 
     /// The task whose callbacks this receives, set before it is resumed.
     final func attach(_ task: URLSessionTask) {
-        lock.lock()
-        self.task = task
-        startTime = .now()
-        lock.unlock()
+        lock.withLock { (self.task, startTime) = (task, .now()) }
     }
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
@@ -82,10 +79,10 @@ class TransferSink: @unchecked Sendable {
     func didReceive(_ data: Data) {}
     /// Hands over the ``bufferedBody``.
     func didComplete(response: URLResponse?, error: Error?) {
-        lock.lock()
-        let body = bufferedBody
-        bufferedBody = Data()
-        lock.unlock()
+        let body = lock.withLock { () -> Data in
+            defer { bufferedBody = Data() }
+            return bufferedBody
+        }
         finish(body: .data(body), response: response, error: error)
     }
 
@@ -98,10 +95,7 @@ class TransferSink: @unchecked Sendable {
     /// stops it before any of the body is read.
     func shouldAccept(_ response: URLResponse) -> Bool {
         startWindowIfNeeded()
-        lock.lock()
-        let task = self.task
-        lock.unlock()
-        let isHead = task?.currentRequest?.httpMethod == "HEAD"
+        let isHead = lock.withLock { task }?.currentRequest?.httpMethod == "HEAD"
         // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.
         let status = (response as? HTTPURLResponse)?.statusCode ?? 200
         let hasBody = !isHead && status >= 200 && status != 204 && status != 304
@@ -112,18 +106,16 @@ class TransferSink: @unchecked Sendable {
         }
         // Bytes before these headers were the body of a response the session answered itself (a 401 whose
         // challenge got a credential: Linux hands that body over too).
-        lock.lock()
-        bufferedBody = Data()
-        lock.unlock()
+        lock.withLock { bufferedBody = Data() }
         return true
     }
 
     /// The request to send after `response` redirected the task, or `nil` to take the 3xx response as it is.
     final func willRedirect(_ response: HTTPURLResponse, to next: URLRequest, from previousURL: URL?) -> URLRequest? {
-        lock.lock()
-        redirects += 1
-        let hops = redirects
-        lock.unlock()
+        let hops = lock.withLock {
+            redirects += 1
+            return redirects
+        }
         let ruling = rules.redirectPolicy.ruling(
             next: next, response: response, previousURL: previousURL, hops: hops, sensitiveHeaders: rules.sensitiveHeaders
         )
@@ -131,15 +123,11 @@ class TransferSink: @unchecked Sendable {
         case let .failure(error):
             // Declining the redirect completes the task with the 3xx response (under the limits still), which is
             // then reported as this error: cancelling the task could meet it as it completes.
-            lock.lock()
-            failureAtCompletion = error
-            lock.unlock()
+            lock.withLock { failureAtCompletion = error }
             return nil
         case let .success(request):
             if let request {
-                lock.lock()
-                metrics.redirectCount += 1
-                lock.unlock()
+                lock.withLock { metrics.redirectCount += 1 }
                 callbacks?.redirected(response, to: request)
             }
             return request
@@ -156,26 +144,19 @@ class TransferSink: @unchecked Sendable {
     /// The request body has been sent: the server may now think as long as it likes before it answers (URLSession's
     /// timeout still applies), so the speed window waits for the response's headers.
     final func bodySent() {
-        lock.lock()
-        windowStart = nil
-        lock.unlock()
+        lock.withLock { windowStart = nil }
     }
 
     /// Counts bytes that moved either way, for the minimum-speed rule.
     final func moved(_ bytes: Int64) {
         startWindowIfNeeded()
-        lock.lock()
-        moved += bytes
-        lock.unlock()
+        lock.withLock { moved += bytes }
     }
 
     /// Hands the task's outcome to the operation, unless a rule ended the attempt already; then `body` is discarded.
     /// A redirect that was refused with an error replaces the outcome.
     final func finish(body: ResponseBody, response: URLResponse?, error: Error?) {
-        lock.lock()
-        let failure = failureAtCompletion
-        let unanswered = unansweredChallenge
-        lock.unlock()
+        let (failure, unanswered) = lock.withLock { (failureAtCompletion, unansweredChallenge) }
         guard claim().first else {
             body.discard()
             return
@@ -194,9 +175,7 @@ class TransferSink: @unchecked Sendable {
     /// Records that the task is cancelled because nobody can answer the authentication challenge of `response`:
     /// the attempt then ends with that response, as it does on Apple platforms, instead of a cancellation.
     final func challengeWentUnanswered(_ response: HTTPURLResponse) {
-        lock.lock()
-        unansweredChallenge = response
-        lock.unlock()
+        lock.withLock { unansweredChallenge = response }
     }
 
     /// Ends the attempt with `error` at once, and cancels the task (see `cancelTask()`).
@@ -217,9 +196,7 @@ class TransferSink: @unchecked Sendable {
         let claimed = claim()
         guard claimed.first else { return }
         dropBody()
-        lock.lock()
-        lastCancel = .now()
-        lock.unlock()
+        lock.withLock { lastCancel = .now() }
     }
 
     private func stop(delivering body: ResponseBody, error: Error?) {
@@ -233,27 +210,22 @@ class TransferSink: @unchecked Sendable {
     /// Bytes arrived after a rule ended the attempt: the cancel was ignored (Linux ignores one that comes too early,
     /// such as a download's at its first write), so the task is cancelled again, at most every half second.
     final func receivedAfterStop() {
-        lock.lock()
-        let again = lastCancel.map { DispatchTime.now() > $0 + 0.5 } ?? false
-        lock.unlock()
-        if again { cancelTask() }
+        if lock.withLock({ lastCancel.map { DispatchTime.now() > $0 + 0.5 } ?? false }) { cancelTask() }
     }
 
     /// Cancels the task with `cancelSoon`: never inside a callback (that deadlocks on Linux), and not at once,
     /// since the body may be about to end (cancelling a task as it completes crashes Foundation on Linux).
     private func cancelTask() {
-        lock.lock()
-        let task = self.task
-        lastCancel = .now()
-        lock.unlock()
+        let task = lock.withLock { () -> URLSessionTask? in
+            lastCancel = .now()
+            return self.task
+        }
         if let task { cancelSoon(task) }
     }
 
     /// Lets go of what the body holds so far, after a rule ended the attempt.
     func dropBody() {
-        lock.lock()
-        bufferedBody = Data()
-        lock.unlock()
+        lock.withLock { bufferedBody = Data() }
     }
 
     // MARK: - Minimum speed
@@ -303,9 +275,7 @@ class TransferSink: @unchecked Sendable {
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
         let callbacks = self.callbacks
-        lock.lock()
-        let metrics = self.metrics
-        lock.unlock()
+        let metrics = lock.withLock { self.metrics }
         DispatchQueue.global().async {
             guard let callbacks else {
                 body.discard()

@@ -25,9 +25,7 @@ final class TransferWatchdog: @unchecked Sendable {
     }
 
     private func tick() {
-        lock.lock()
-        let transfers = Array(watched.values)
-        lock.unlock()
+        let transfers = lock.withLock { Array(watched.values) }
         let now = DispatchTime.now()
         let done = transfers.filter { !$0.checkSpeed(now: now) }.map(ObjectIdentifier.init)
         lock.lock()

@@ -86,15 +86,11 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
 
     /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
     private func register(_ handler: TransferSink, for task: URLSessionTask) {
-        lock.lock()
-        defer { lock.unlock() }
-        handlers[task.taskIdentifier] = handler
+        lock.withLock { handlers[task.taskIdentifier] = handler }
     }
 
     private func handler(for task: URLSessionTask, removing: Bool = false) -> TransferSink? {
-        lock.lock()
-        defer { lock.unlock() }
-        return removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier]
+        lock.withLock { removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier] }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {

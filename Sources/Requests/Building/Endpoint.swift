@@ -218,12 +218,7 @@ private func leavesBasePath(_ segment: Substring) -> Bool {
 /// `bytes` with each `%` and two hex digits replaced by the byte they stand for; any other `%` is kept.
 private func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
     func hex(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
+        Character(Unicode.Scalar(byte)).hexDigitValue.map(UInt8.init)
     }
     var result: [UInt8] = []
     result.reserveCapacity(bytes.count)
@@ -275,10 +270,6 @@ public struct QueryParameters: Sendable, ExpressibleByDictionaryLiteral {
 /// A request body, with the `Content-Type` it sets.
 public struct RequestBody: Sendable {
     private let body: @Sendable (inout URLRequest, URLQueryEncoder) throws -> Void
-
-    private init(_ body: @escaping @Sendable (inout URLRequest, URLQueryEncoder) throws -> Void) {
-        self.body = body
-    }
 
     /// `value` as JSON, with `Content-Type: application/json; charset=utf-8`. A value JSON cannot hold (such as
     /// `Double.nan`) fails with the encoder's `EncodingError`. Default encoder: a new `JSONEncoder`.

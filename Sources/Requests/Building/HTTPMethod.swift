@@ -65,16 +65,12 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
     /// The fields of `dictionary`, sorted by name so that the order is stable; of names that differ only in
     /// case, the last in that order is kept.
     public init(_ dictionary: [String: String]) {
-        for (name, value) in dictionary.sorted(by: { $0.key < $1.key }) {
-            self[name] = value
-        }
+        for (name, value) in dictionary.sorted(by: { $0.key < $1.key }) { self[name] = value }
     }
 
     /// The fields of a literal, in order; a repeated name keeps the last value.
     public init(dictionaryLiteral elements: (String, String)...) {
-        for (name, value) in elements {
-            self[name] = value
-        }
+        for (name, value) in elements { self[name] = value }
     }
 
     /// The value of the field called `name` (any case); setting replaces it, `nil` removes it.
@@ -90,11 +86,7 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
     /// These fields with `other`'s added, replacing those with the same names.
     public func merging(_ other: HTTPHeaders) -> HTTPHeaders {
-        var merged = self
-        for field in other {
-            merged[field.name] = field.value
-        }
-        return merged
+        other.reduce(into: self) { $0[$1.name] = $1.value }
     }
 
     /// Iterates over the fields in order.

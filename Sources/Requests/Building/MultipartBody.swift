@@ -113,22 +113,22 @@ final class TemporaryFileStream: InputStream {
     }
 
     override func open() {
-        locked { if status == .notOpen { status = .open } }
+        lock.withLock { if status == .notOpen { status = .open } }
     }
 
     override func close() {
-        locked {
+        lock.withLock {
             status = .closed
             release()
         }
     }
 
-    override var streamStatus: Stream.Status { locked { status } }
-    override var streamError: Error? { locked { failure } }
-    override var hasBytesAvailable: Bool { locked { (status == .open || status == .notOpen) && offset < length } }
+    override var streamStatus: Stream.Status { lock.withLock { status } }
+    override var streamError: Error? { lock.withLock { failure } }
+    override var hasBytesAvailable: Bool { lock.withLock { (status == .open || status == .notOpen) && offset < length } }
 
     override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength: Int) -> Int {
-        locked {
+        lock.withLock {
             guard status == .open else { return status == .atEnd ? 0 : -1 }
             guard maxLength > 0 else { return 0 }
             while true {
@@ -156,12 +156,6 @@ final class TemporaryFileStream: InputStream {
     private func release() {
         if fd >= 0 { closeDescriptor(fd) }
         fd = -1
-    }
-
-    private func locked<T>(_ body: () -> T) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return body()
     }
 }
 #else

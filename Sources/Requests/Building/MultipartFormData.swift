@@ -231,30 +231,15 @@ public struct MultipartFormData: Sendable {
 
     /// The MIME type for a file name extension (any case); `application/octet-stream` for an unknown one.
     static func mimeType(forExtension pathExtension: String) -> String {
-        switch pathExtension.lowercased() {
-        case "png": return "image/png"
-        case "jpg", "jpeg": return "image/jpeg"
-        case "gif": return "image/gif"
-        case "webp": return "image/webp"
-        case "svg": return "image/svg+xml"
-        case "heic": return "image/heic"
-        case "json": return "application/json"
-        case "xml": return "application/xml"
-        case "pdf": return "application/pdf"
-        case "zip": return "application/zip"
-        case "gz": return "application/gzip"
-        case "txt": return "text/plain"
-        case "html", "htm": return "text/html"
-        case "css": return "text/css"
-        case "csv": return "text/csv"
-        case "js": return "text/javascript"
-        case "mp4": return "video/mp4"
-        case "mov": return "video/quicktime"
-        case "mp3": return "audio/mpeg"
-        case "wav": return "audio/wav"
-        default: return octetStream
-        }
+        mimeTypes[pathExtension.lowercased()] ?? octetStream
     }
+
+    private static let mimeTypes = [
+        "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp", "svg": "image/svg+xml",
+        "heic": "image/heic", "json": "application/json", "xml": "application/xml", "pdf": "application/pdf", "zip": "application/zip",
+        "gz": "application/gzip", "txt": "text/plain", "html": "text/html", "htm": "text/html", "css": "text/css", "csv": "text/csv",
+        "js": "text/javascript", "mp4": "video/mp4", "mov": "video/quicktime", "mp3": "audio/mpeg", "wav": "audio/wav",
+    ]
 }
 
 extension Data {

@@ -89,12 +89,8 @@ public struct URLQueryEncoder: Sendable {
         let root = Node()
         try box(value, into: root, at: [])
         guard root.shape == .object else {
-            throw EncodingError.invalidValue(
-                value,
-                EncodingError.Context(
-                    codingPath: [],
-                    debugDescription:
-                        "URLQueryEncoder needs a keyed top-level value (a struct, class or dictionary), not \(T.self)."))
+            let message = "URLQueryEncoder needs a keyed top-level value (a struct, class or dictionary), not \(T.self)."
+            throw EncodingError.invalidValue(value, EncodingError.Context(codingPath: [], debugDescription: message))
         }
         return render(root)
     }
@@ -132,12 +128,7 @@ public struct URLQueryEncoder: Sendable {
     /// Stores `value` in `node`: leaf types become scalars, anything else encodes itself into the node.
     fileprivate func box<T: Encodable>(_ value: T, into node: Node, at path: [any CodingKey]) throws {
         func nonFinite(_ number: Any) -> EncodingError {
-            .invalidValue(
-                value,
-                EncodingError.Context(
-                    codingPath: path,
-                    debugDescription:
-                        "Non-finite number \(number) cannot be encoded in a query string."))
+            .invalidValue(value, EncodingError.Context(codingPath: path, debugDescription: "Non-finite number \(number) cannot be encoded in a query string."))
         }
         switch value {
         case let bool as Bool:

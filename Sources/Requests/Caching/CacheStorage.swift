@@ -6,11 +6,9 @@ import Foundation
 /// checked first; the disk keeps what memory had to drop and what a previous run of the process wrote, so a disk hit
 /// is copied back into memory.
 ///
-/// On disk each key is one file in ``directory``, named by the SHA-256 of the key, holding a small header (magic
-/// value, format version, the full key, the body length) and then the bytes. A file is written under a temporary
-/// `.tmp-<UUID>` name and renamed over the final name, so a reader sees the old file or the new one, never half of
-/// one; a file whose header doesn't match (another format, another key that happens to collide, a truncated body)
-/// is a miss and is removed.
+/// On disk each key is one file in ``directory``, named by the SHA-256 of the key, in the format of
+/// ``encode(_:key:)``. A file is written under a temporary `.tmp-<UUID>` name and renamed over the final name, so a
+/// reader sees the old file or the new one, never half of one; a file that does not decode is a miss and is removed.
 ///
 /// Disk trouble (a directory that can't be created, is read-only or vanishes) never reaches the caller: the disk
 /// operation quietly does nothing and the memory layer keeps working, because a cache that fails should only make
@@ -81,41 +79,35 @@ final class CacheStorage: @unchecked Sendable {
     func data(forKey key: String) -> Data? {
         let fileName = Self.fileName(forKey: key)
 
-        lock.lock()
-        if let value = memory[key] {
-            memoryOrder.touch(key)
-            // A value used from memory is in use on disk too, so that the disk evicts it last.
-            if disk[fileName] != nil { diskOrder.touch(fileName) }
-            lock.unlock()
-            return value
+        let (cached, stamp): (Data?, UInt64?) = lock.withLock {
+            if let value = memory[key] {
+                memoryOrder.touch(key)
+                // A value used from memory is in use on disk too, so that the disk evicts it last.
+                if disk[fileName] != nil { diskOrder.touch(fileName) }
+                return (value, nil)
+            }
+            guard let directory else { return (nil, nil) }
+            loadDiskIndexIfNeeded(in: directory)
+            return (nil, disk[fileName]?.stamp)
         }
-        guard let directory else {
-            lock.unlock()
-            return nil
-        }
-        loadDiskIndexIfNeeded(in: directory)
-        guard let stamp = disk[fileName]?.stamp else {
-            lock.unlock()
-            return nil
-        }
-        lock.unlock()
+        if let cached { return cached }
+        guard let directory, let stamp else { return nil }
 
         let fileURL = directory.appendingPathComponent(fileName, isDirectory: false)
         let value = (try? Data(contentsOf: fileURL)).flatMap { Self.decode($0, expectedKey: key) }
 
-        lock.lock()
-        // Only a file that is still the one looked up may be removed or promoted: if a write or removal came in
-        // meanwhile, it already put memory and disk in order, and its result must not be overwritten.
-        let unchanged = disk[fileName]?.stamp == stamp
-        if unchanged {
+        let unchanged = lock.withLock {
+            // Only a file that is still the one looked up may be removed or promoted: if a write or removal came in
+            // meanwhile, it already put memory and disk in order, and its result must not be overwritten.
+            guard disk[fileName]?.stamp == stamp else { return false }
             if let value {
                 diskOrder.touch(fileName)
                 storeInMemory(value, forKey: key)
             } else {
                 removeDiskEntry(fileName, in: directory)
             }
+            return true
         }
-        lock.unlock()
 
         if value != nil, unchanged {
             // Keeps the use order across a restart, when the index is rebuilt from modification dates. Harmless if

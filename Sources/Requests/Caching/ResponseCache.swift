@@ -55,9 +55,7 @@ public final class ResponseCache: @unchecked Sendable {
 
     /// Removes what is stored for `request`'s URL, for `GET` and `HEAD`.
     public func removeResponses(for url: URL) {
-        for method in ["GET", "HEAD"] {
-            storage.removeData(forKey: Self.key(method: method, url: url))
-        }
+        ["GET", "HEAD"].forEach { storage.removeData(forKey: Self.key(method: $0, url: url)) }
     }
 
     // MARK: - For the operation
@@ -159,7 +157,8 @@ struct CachedResponse: Codable, Equatable {
     var status: Int
     /// Header names as received.
     var headers: [String: String]
-    var body: Data
+    /// Left out of the JSON head (see `CodingKeys`): the serialized form holds it after the head.
+    var body = Data()
     var requestTime: Date
     var responseTime: Date
     /// The request's values for the headers `Vary` names, by lowercased name ("" when absent).
@@ -309,23 +308,12 @@ struct CachedResponse: Codable, Equatable {
 
     // MARK: - Serialized form: the JSON of everything but the body, its length, then the body as is.
 
-    private struct Head: Codable {
-        var url: URL
-        var status: Int
-        var headers: [String: String]
-        var requestTime: Date
-        var responseTime: Date
-        var varyValues: [String: String]
-        var date: Date?
-        var expires: Date?
+    private enum CodingKeys: String, CodingKey {
+        case url, status, headers, requestTime, responseTime, varyValues, date, expires
     }
 
     func serialized() -> Data {
-        let head = Head(
-            url: url, status: status, headers: headers, requestTime: requestTime, responseTime: responseTime, varyValues: varyValues,
-            date: date, expires: expires
-        )
-        let json = (try? JSONEncoder().encode(head)) ?? Data()
+        let json = (try? JSONEncoder().encode(self)) ?? Data()
         var data = Data()
         var length = UInt32(json.count).bigEndian
         withUnsafeBytes(of: &length) { data.append(contentsOf: $0) }
@@ -339,16 +327,9 @@ struct CachedResponse: Codable, Equatable {
         let length = data.prefix(4).reduce(0) { $0 << 8 | Int($1) }
         let start = data.startIndex + 4
         guard length > 0, data.count - 4 >= length,
-            let head = try? JSONDecoder().decode(Head.self, from: data[start..<(start + length)])
+            let head = try? JSONDecoder().decode(CachedResponse.self, from: data[start..<(start + length)])
         else { return nil }
-        url = head.url
-        status = head.status
-        headers = head.headers
-        requestTime = head.requestTime
-        responseTime = head.responseTime
-        varyValues = head.varyValues
-        date = head.date
-        expires = head.expires
+        self = head
         body = Data(data[(start + length)...])
     }
 }

@@ -31,8 +31,7 @@ extension OperationQueue {
         )
         let operations = requests.map { request in
             makeOperation(for: request, session: session, completionQueue: nil) { [weak batch] result in
-                let failed: Bool
-                if case .failure = result { failed = true } else { failed = false }
+                let failed = if case .failure = result { true } else { false }
                 batch?.requestDidComplete(failed: failed)
             }
         }
@@ -87,21 +86,15 @@ public final class BatchOperation<Success, Failure: Error>:
             return (true, snapshot)
         }
         publishProgress(snapshot)
-        if cancelTheRest {
-            cancelOperations()
-        }
+        if cancelTheRest { cancelOperations() }
     }
 
     /// Every request has finished: completes with their results, in input order.
     public override func execute() {
         guard let operations = ifNotCompleted({ self.operations }) else { return }
         let results = operations.compactMap { $0.result }  // a key path would be built on every call in generic code
-        guard results.count == operations.count else {
-            // A request finished without a result: it was never run by a queue.
-            complete(with: .failure(RequestQueueError.cancelled))
-            return
-        }
-        complete(with: .success(results))
+        // Fewer results: a request finished without one, as it was never run by a queue.
+        complete(with: results.count == operations.count ? .success(results) : .failure(RequestQueueError.cancelled))
     }
 
     /// Cancels every request in the batch.

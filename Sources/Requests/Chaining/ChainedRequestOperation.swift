@@ -79,9 +79,7 @@ final class ChainedRequestOperation<Input, InputFailure: Error, T: DataRequest>:
         switch previous.result {
         case let .success(input)?:
             let request: T
-            do {
-                request = try makeRequest(input)
-            } catch {
+            do { request = try makeRequest(input) } catch {
                 complete(with: .failure(error))
                 return
             }

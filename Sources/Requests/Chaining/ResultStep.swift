@@ -70,9 +70,7 @@ final class ResultStepOperation: AsyncOperation, @unchecked Sendable {
             defer { self.body = nil }
             return self.body
         }
-        if !isCancelled {
-            body?()
-        }
+        if !isCancelled { body?() }
         finish()
     }
 

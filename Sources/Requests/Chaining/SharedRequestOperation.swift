@@ -108,14 +108,12 @@ final class SharedCall<Success, Failure: Error>: @unchecked Sendable {
     }
 
     func callerCancelled() {
-        lock.lock()
-        liveCallers -= 1
-        isAbandoned = liveCallers == 0
-        let cancelCall = isAbandoned
-        lock.unlock()
-        if cancelCall {
-            operation.cancel()
+        let cancelCall = lock.withLock {
+            liveCallers -= 1
+            isAbandoned = liveCallers == 0
+            return isAbandoned
         }
+        if cancelCall { operation.cancel() }
     }
 }
 

@@ -89,9 +89,7 @@ extension DecodableRequest {
         if let keyDecodingStrategy { decoder.keyDecodingStrategy = keyDecodingStrategy }
         if let dateDecodingStrategy { decoder.dateDecodingStrategy = dateDecodingStrategy }
         if let dataDecodingStrategy { decoder.dataDecodingStrategy = dataDecodingStrategy }
-        if let nonConformingFloatDecodingStrategy {
-            decoder.nonConformingFloatDecodingStrategy = nonConformingFloatDecodingStrategy
-        }
+        if let nonConformingFloatDecodingStrategy { decoder.nonConformingFloatDecodingStrategy = nonConformingFloatDecodingStrategy }
         return decoder
     }
 
@@ -163,9 +161,7 @@ extension NoContentRequest {
     /// Succeeds for an empty body; fails with ``RequestQueueError/nonEmptyData`` for a body when
     /// ``shouldEnforceNoContent`` is `true`.
     public func processData(_ data: Data) throws {
-        if shouldEnforceNoContent && !data.isEmpty {
-            throw RequestQueueError.nonEmptyData
-        }
+        guard !shouldEnforceNoContent || data.isEmpty else { throw RequestQueueError.nonEmptyData }
     }
 
     /// Creates a ``NoContentRequestOperation``.

@@ -115,9 +115,7 @@ extension OperationQueue: RequestQueue {
         completionQueue: DispatchQueue?,
         completion: T.CompletionType?
     ) -> Operation {
-        let operation: RequestOperation<T.Success, T.Failure> = addRequest(
-            request, session: session, completionQueue: completionQueue, completion: completion)
-        return operation
+        addRequest(request, session: session, completionQueue: completionQueue, dependencies: [], completion: completion)
     }
 
     /// The oldest operation of this queue running a request of the same type and identifier that has not
@@ -134,15 +132,6 @@ final class RequestRegistry: @unchecked Sendable {
     struct Key: Hashable {
         let queue: ObjectIdentifier
         let identifier: String
-
-        init(queue: OperationQueue, identifier: String) {
-            self.init(queue: ObjectIdentifier(queue), identifier: identifier)
-        }
-
-        init(queue: ObjectIdentifier, identifier: String) {
-            self.queue = queue
-            self.identifier = identifier
-        }
     }
 
     /// The operations of one request type under one key: O(1) insert and remove, oldest first.
@@ -260,19 +249,23 @@ final class RequestRegistry: @unchecked Sendable {
 
     /// Every operation for `key`, of any type.
     func operations(for key: Key) -> [Operation] {
-        lock.lock()
-        defer { lock.unlock() }
-        switch slots[key] {
-        case nil: return []
-        case let .one(_, operation): return [operation]
-        case let .many(byType)?: return byType.values.flatMap { $0.operations }
+        lock.withLock {
+            switch slots[key] {
+            case nil: return []
+            case let .one(_, operation): return [operation]
+            case let .many(byType)?: return byType.values.flatMap { $0.operations }
+            }
         }
     }
 
     /// Whether any operation is registered for `key`.
     func contains(_ key: Key) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return slots[key] != nil
+        lock.withLock { slots[key] != nil }
+    }
+}
+
+extension RequestRegistry.Key {
+    init(queue: OperationQueue, identifier: String) {
+        self.init(queue: ObjectIdentifier(queue), identifier: identifier)
     }
 }

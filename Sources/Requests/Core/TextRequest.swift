@@ -52,23 +52,16 @@ public enum TextDecodingError: Error, Equatable, CustomStringConvertible {
 enum TextCharset {
     static func decode(_ data: Data, contentType: String?, fallback: String.Encoding) throws -> String {
         let named = contentType.flatMap(charsetName(in:))
-        let encoding: String.Encoding
-        let label: String
+        let (encoding, label): (String.Encoding, String)
         if let named, let known = Self.encoding(named: named) {
-            encoding = known
-            label = named
+            (encoding, label) = (known, named)
         } else if let bom = byteOrderMark(of: data) {
-            encoding = bom
-            label = "\(bom)"
+            (encoding, label) = (bom, "\(bom)")
         } else {
-            encoding = fallback
-            label = named.map { "\(fallback) (\"\($0)\" is not a charset Foundation knows)" } ?? "\(fallback)"
+            (encoding, label) = (fallback, named.map { "\(fallback) (\"\($0)\" is not a charset Foundation knows)" } ?? "\(fallback)")
         }
-        var body = data
         // UTF-8 text may start with a BOM, which is not part of the text.
-        if encoding == .utf8, body.starts(with: [0xEF, 0xBB, 0xBF]) {
-            body = body.dropFirst(3)
-        }
+        let body = encoding == .utf8 && data.starts(with: [0xEF, 0xBB, 0xBF]) ? data.dropFirst(3) : data
         if body.isEmpty { return "" }
         guard let text = String(data: body, encoding: encoding) else {
             throw TextDecodingError.invalidBytes(charset: label, byteCount: data.count)

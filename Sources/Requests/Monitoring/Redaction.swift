@@ -43,13 +43,9 @@ public struct Redaction: Sendable {
     public func string(for url: URL) -> String {
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return Self.placeholder }
         let (query, fragment) = (components.percentEncodedQuery, components.percentEncodedFragment)
-        components.percentEncodedQuery = nil
-        components.percentEncodedFragment = nil
-        if components.password != nil {
-            components.percentEncodedPassword = "PASSWORD"
-        }
-        var text = components.string ?? url.absoluteString
-        text = text.replacingOccurrences(of: ":PASSWORD@", with: ":\(Self.placeholder)@")
+        (components.percentEncodedQuery, components.percentEncodedFragment) = (nil, nil)
+        if components.password != nil { components.percentEncodedPassword = "PASSWORD" }
+        var text = (components.string ?? url.absoluteString).replacingOccurrences(of: ":PASSWORD@", with: ":\(Self.placeholder)@")
         if let query {
             let items = query.split(separator: "&", omittingEmptySubsequences: false).map { item -> String in
                 let name = item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
@@ -59,9 +55,7 @@ public struct Redaction: Sendable {
             }
             text += "?" + items.joined(separator: "&")
         }
-        if let fragment {
-            text += "#" + fragment
-        }
+        if let fragment { text += "#" + fragment }
         return text
     }
 

@@ -46,12 +46,8 @@ public struct RequestLogger: RequestEventMonitor {
         parts.append(summary.response.map { String($0.statusCode) } ?? "-")
         parts.append(Self.format(duration: summary.duration))
         parts.append("\(summary.bodyBytes) bytes")
-        if summary.attempts != 1 {
-            parts.append("\(summary.attempts) attempts")
-        }
-        if let error = summary.error {
-            parts.append("failed: \(Self.describe(error))")
-        }
+        if summary.attempts != 1 { parts.append("\(summary.attempts) attempts") }
+        if let error = summary.error { parts.append("failed: \(Self.describe(error))") }
         if includesHeaders {
             let sent = redaction.lines(for: summary.urlRequest?.allHTTPHeaderFields ?? [:])
             let received = redaction.lines(for: (summary.response?.allHeaderFields as? [String: String]) ?? [:])

@@ -20,32 +20,27 @@ public struct RedirectPolicy: Sendable {
 
     let rule: Rule
     /// The most redirects one attempt follows. Default: 10.
-    public var maximumRedirects: Int
-
-    init(_ rule: Rule, maximumRedirects: Int = 10) {
-        self.rule = rule
-        self.maximumRedirects = maximumRedirects
-    }
+    public var maximumRedirects = 10
 
     /// Follows every http(s) redirect, without the sensitive headers when the origin changes. The default.
-    public static let follow = RedirectPolicy(.follow)
+    public static let follow = RedirectPolicy(rule: .follow)
     /// Follows none: the 3xx response is the response, and goes to the status check (a 302 fails with
     /// ``RequestQueueError/invalidStatusCode(statusCode:response:body:)`` unless the request accepts it).
-    public static let refuse = RedirectPolicy(.refuse)
+    public static let refuse = RedirectPolicy(rule: .refuse)
     /// Follows redirects within the request's origin; one to another origin is treated as ``refuse``.
-    public static let sameOrigin = RedirectPolicy(.sameOrigin)
+    public static let sameOrigin = RedirectPolicy(rule: .sameOrigin)
 
     /// Asks `decide` about each redirect: it gets the request URLSession would send next (sensitive headers already
     /// removed if the origin changes) and the 3xx response, and returns the request to send, or `nil` to stop as
     /// ``refuse`` does. Headers it adds are removed again if they are sensitive and the origin changed. Keep it quick:
     /// on Linux it runs on a global queue, holding a thread, and a request cancelled meanwhile stops only when it returns.
     public static func custom(_ decide: @escaping @Sendable (_ next: URLRequest, _ response: HTTPURLResponse) -> URLRequest?) -> RedirectPolicy {
-        RedirectPolicy(.custom(decide))
+        RedirectPolicy(rule: .custom(decide))
     }
 
     /// This policy, following at most `count` redirects per attempt.
     public func maximumRedirects(_ count: Int) -> RedirectPolicy {
-        RedirectPolicy(rule, maximumRedirects: count)
+        RedirectPolicy(rule: rule, maximumRedirects: count)
     }
 }
 

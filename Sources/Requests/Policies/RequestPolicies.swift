@@ -62,9 +62,7 @@ public struct RequestPolicies: Sendable {
         self.responseCache = responseCache
     }
 
-    /// These policies with `request`'s own added, or `nil` when it adds nothing. The one list of what a request
-    /// contributes: its adapters, preconditions, validations and sensitive headers come after the queue's; its retry
-    /// policy, limits, redirect policy and response cache replace the queue's; it may opt out of the authenticator.
+    /// These policies with `request`'s own appended or replacing the queue's, as below; `nil` when it adds nothing.
     func adding<R: NetworkRequest>(_ request: R) -> RequestPolicies? {
         // Each property is read once (it is the request's code), and no generic helper: this runs for every request.
         var policies = self

@@ -110,13 +110,9 @@ public struct RetryPolicy: Sendable {
         random: Double = Double.random(in: 0...1)
     ) -> TimeInterval? {
         guard attempt < maxAttempts, retryableMethods.contains(method.uppercased()) else { return nil }
-        if let status = (error as? RequestQueueError)?.statusCode {
-            guard retryableStatusCodes.contains(status) else { return nil }
-        } else if let code = (error as? URLError)?.code {
-            guard retryableURLErrorCodes.contains(code) else { return nil }
-        } else {
-            return nil
-        }
+        let status = (error as? RequestQueueError)?.statusCode
+        let code = (error as? URLError)?.code
+        guard status.map(retryableStatusCodes.contains) ?? code.map(retryableURLErrorCodes.contains) ?? false else { return nil }
         if honorsRetryAfter,
             let header = response?.value(forHTTPHeaderField: "Retry-After"),
             let wait = Self.retryAfterSeconds(header, now: now)
@@ -172,9 +168,7 @@ enum HTTPDate {
         formatter.timeZone = TimeZone(identifier: "GMT")
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             formatter.dateFormat = format
-            if let date = formatter.date(from: trimmed) {
-                return date
-            }
+            if let date = formatter.date(from: trimmed) { return date }
         }
         return nil
     }

@@ -50,8 +50,9 @@ public final class TokenAuthenticator: @unchecked Sendable {
     private let lock = NSLock()
     private var currentToken: String?
     private var generation = 0
+    private typealias Waiter = @Sendable (Result<Credential, Error>) -> Void
     /// Non-nil while a refresh runs: the requests waiting for it.
-    private var waiters: [@Sendable (Result<Credential, Error>) -> Void]?
+    private var waiters: [Waiter]?
     private var refreshNumber = 0
     private var lastRefreshEnd: DispatchTime?
 
@@ -86,40 +87,37 @@ public final class TokenAuthenticator: @unchecked Sendable {
 
     /// The current token.
     public var token: String? {
-        lock.lock()
-        defer { lock.unlock() }
-        return currentToken
+        lock.withLock { currentToken }
     }
 
     /// Replaces the token, for example after a login. A request rejected after being sent with the old one is
     /// sent again with this one, without a refresh. A refresh in progress ends: the requests waiting for it go
     /// on with this token, and its answer is ignored.
     public func setToken(_ token: String?) {
-        lock.lock()
-        currentToken = token
-        generation += 1
-        let waiting = waiters
-        if waiting != nil {
-            waiters = nil
-            refreshNumber += 1
-            lastRefreshEnd = .now()
+        let (waiting, credential) = lock.withLock {
+            currentToken = token
+            generation += 1
+            let waiting = waiters
+            if waiting != nil {
+                waiters = nil
+                refreshNumber += 1
+                lastRefreshEnd = .now()
+            }
+            return (waiting, Credential(token: currentToken, generation: generation))
         }
-        let credential = Credential(token: currentToken, generation: generation)
-        lock.unlock()
         waiting?.forEach { $0(.success(credential)) }
     }
 
     /// Calls back with the credential to send, after the refresh in progress if there is one.
     func credential(_ completion: @escaping @Sendable (Result<Credential, Error>) -> Void) {
-        lock.lock()
-        if waiters != nil {
-            waiters?.append(completion)
-            lock.unlock()
-            return
+        let credential: Credential? = lock.withLock {
+            guard waiters == nil else {
+                waiters?.append(completion)
+                return nil
+            }
+            return Credential(token: currentToken, generation: generation)
         }
-        let credential = Credential(token: currentToken, generation: generation)
-        lock.unlock()
-        completion(.success(credential))
+        if let credential { completion(.success(credential)) }
     }
 
     /// `request` with `credential` applied.
@@ -138,49 +136,42 @@ public final class TokenAuthenticator: @unchecked Sendable {
             case let .failure(error): decide(.fail(error))
             }
         }
-        lock.lock()
-        if generation != rejected.generation {
-            lock.unlock()
-            decide(.retry)
-            return
+        // A decision to report now, or the refresh this request starts; neither when it waits for the one in progress.
+        let (decision, refresh): (Decision?, (number: Int, token: String?)?) = lock.withLock {
+            if generation != rejected.generation { return (.retry, nil) }
+            if waiters != nil {
+                waiters?.append(wait)
+                return (nil, nil)
+            }
+            if let lastRefreshEnd, DispatchTime.now() < lastRefreshEnd + minimumRefreshInterval { return (.rateLimited, nil) }
+            waiters = [wait]
+            refreshNumber += 1
+            return (nil, (refreshNumber, currentToken))
         }
-        if waiters != nil {
-            waiters?.append(wait)
-            lock.unlock()
-            return
-        }
-        if let lastRefreshEnd, DispatchTime.now() < lastRefreshEnd + minimumRefreshInterval {
-            lock.unlock()
-            decide(.rateLimited)
-            return
-        }
-        waiters = [wait]
-        refreshNumber += 1
-        let (number, token) = (refreshNumber, currentToken)
-        lock.unlock()
+        if let decision { decide(decision) }
+        guard let refresh else { return }
         DispatchQueue.global().asyncAfter(deadline: .now() + refreshTimeout) { [weak self] in
-            self?.refreshEnded(number, with: .failure(RefreshTimedOut()))
+            self?.refreshEnded(refresh.number, with: .failure(RefreshTimedOut()))
         }
-        refreshToken(token) { [self] result in
-            refreshEnded(number, with: result)
+        refreshToken(refresh.token) { [self] result in
+            refreshEnded(refresh.number, with: result)
         }
     }
 
     private func refreshEnded(_ number: Int, with result: Result<String, Error>) {
-        lock.lock()
-        guard number == refreshNumber, let waiting = waiters else {
-            lock.unlock()
-            return  // a second or late answer, after a timeout or setToken
+        let ended: (waiting: [Waiter], credential: Credential)? = lock.withLock {
+            // Otherwise a second or late answer, after a timeout or setToken.
+            guard number == refreshNumber, let waiting = waiters else { return nil }
+            waiters = nil
+            lastRefreshEnd = .now()
+            if case let .success(token) = result {
+                currentToken = token
+                generation += 1
+            }
+            return (waiting, Credential(token: currentToken, generation: generation))
         }
-        waiters = nil
-        lastRefreshEnd = .now()
-        if case let .success(token) = result {
-            currentToken = token
-            generation += 1
-        }
-        let credential = Credential(token: currentToken, generation: generation)
-        lock.unlock()
-        let outcome = result.map { _ in credential }
-        waiting.forEach { $0(outcome) }
+        guard let ended else { return }
+        let outcome = result.map { _ in ended.credential }
+        ended.waiting.forEach { $0(outcome) }
     }
 }

@@ -1,9 +1,8 @@
 import Foundation
 
-/// The elements of a stream read with `for try await`, waiting for their consumer: the pump stops while
-/// ``capacity`` of them wait (the bytes behind them then wait in the operation), and goes on when the consumer takes
-/// one (``onRoom``). Then the outcome: the end, or
-/// the failure, thrown after the elements that came before it (a cancelled consumer gets the failure at once).
+/// The elements of a stream read with `for try await`, waiting for their consumer: the pump stops while ``capacity``
+/// of them wait (the bytes behind them then wait in the operation) and goes on when the consumer takes one (``onRoom``).
+/// Then the outcome: the end, or the failure, thrown after the elements before it (at once to a cancelled consumer).
 final class ElementBuffer<Element: Sendable>: @unchecked Sendable {
     /// How many elements may wait for the consumer.
     static var capacity: Int { 64 }
@@ -28,28 +27,25 @@ final class ElementBuffer<Element: Sendable>: @unchecked Sendable {
 
     /// Hands `element` to a waiting consumer, or keeps it.
     func push(_ element: Element) {
-        lock.lock()
-        guard let waiter else {
-            elements.append(element)
-            lock.unlock()
-            return
+        let waiter: CheckedContinuation<Element?, Error>? = lock.withLock {
+            guard let waiter = self.waiter else {
+                elements.append(element)
+                return nil
+            }
+            self.waiter = nil
+            return waiter
         }
-        self.waiter = nil
-        lock.unlock()
-        waiter.resume(returning: element)
+        waiter?.resume(returning: element)
     }
 
     /// Ends the stream with `outcome`, after the elements that wait. Later calls are ignored.
     func finish(_ outcome: Result<Void, Error>) {
-        lock.lock()
-        guard self.outcome == nil else {
-            lock.unlock()
-            return
+        let waiter: CheckedContinuation<Element?, Error>? = lock.withLock {
+            guard self.outcome == nil else { return nil }
+            self.outcome = outcome
+            defer { self.waiter = nil }
+            return self.waiter
         }
-        self.outcome = outcome
-        let waiter = self.waiter
-        self.waiter = nil
-        lock.unlock()
         if let waiter { deliver(outcome, to: waiter) }
     }
 

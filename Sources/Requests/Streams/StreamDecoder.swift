@@ -55,9 +55,7 @@ extension StreamDecoder {
 
     /// ``decode(_:)``, then each of its elements.
     public mutating func decode(_ bytes: Data, into deliver: (Element) throws -> Void) throws {
-        for element in try decode(bytes) {
-            try deliver(element)
-        }
+        try decode(bytes).forEach(deliver)
     }
 }
 

@@ -2,9 +2,6 @@
 import FoundationNetworking
 #endif
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A request whose response body is written to a file; it succeeds with the file's final location.
 ///

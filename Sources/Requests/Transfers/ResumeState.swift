@@ -149,15 +149,12 @@ struct ContentRange: Equatable {
         guard parts.count == 2 else { return nil }
         let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
         guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first >= 0, last >= first else { return nil }
-        let length: Int64?
+        (self.first, self.last) = (first, last)
         if parts[1] == "*" {
             length = nil
         } else {
             guard let total = Int64(parts[1]), total > last else { return nil }
             length = total
         }
-        self.first = first
-        self.last = last
-        self.length = length
     }
 }

@@ -77,9 +77,7 @@ struct SHA256 {
 
     /// Adds the bytes of `data` to the message.
     mutating func update(_ data: Data) {
-        data.withUnsafeBytes { bytes in
-            update(bytes)
-        }
+        data.withUnsafeBytes { update($0) }
     }
 
     /// The 32-byte digest of everything added so far.

@@ -39,8 +39,10 @@ final class NginxServer {
     }
 
     /// Starts nginx and waits until it accepts connections (a few tries, in case the chosen port is taken meanwhile).
-    init(executable: String) throws {
-        let launched = try Self.launch(executable: executable)
+    /// `files` (name → size in bytes) are written first and served as static files at `/files/NAME`, with nginx's
+    /// `ETag`, `Last-Modified` and ranges (what a resumable download needs).
+    init(executable: String, files: [String: Int] = [:]) throws {
+        let launched = try Self.launch(executable: executable, files: files)
         self.executable = executable
         self.port = launched.port
         self.baseURL = launched.url
@@ -48,7 +50,7 @@ final class NginxServer {
         self.process = launched.process
     }
 
-    private static func launch(executable: String) throws -> (port: UInt16, url: URL, directory: URL, process: Process) {
+    private static func launch(executable: String, files: [String: Int]) throws -> (port: UInt16, url: URL, directory: URL, process: Process) {
         var lastError = Failure(description: "nginx did not start")
         for _ in 0..<3 {
             let directory = FileManager.default.temporaryDirectory
@@ -59,6 +61,7 @@ final class NginxServer {
                     throw Failure(description: "bad port \(port)")
                 }
                 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+                try writeFiles(files, into: directory.appendingPathComponent("www/files"))
                 try config(directory: directory.path, port: port)
                     .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
                 let process = Process()
@@ -124,10 +127,34 @@ final class NginxServer {
                     default_type application/json;
                     return 200 '\(jsonBody)';
                 }
+                location /files/ {
+                    root \(directory)/www;
+                }
             }
         }
 
         """
+    }
+
+    /// Writes each file a MiB at a time (a repeating byte pattern), so that a large one does not raise the peak.
+    private static func writeFiles(_ files: [String: Int], into folder: URL) throws {
+        guard !files.isEmpty else { return }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let block = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        for (name, size) in files {
+            let file = folder.appendingPathComponent(name)
+            guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
+                throw Failure(description: "cannot create \(file.path)")
+            }
+            let handle = try FileHandle(forWritingTo: file)
+            defer { try? handle.close() }
+            var left = size
+            while left > 0 {
+                let piece = min(left, block.count)
+                try handle.write(contentsOf: block.prefix(piece))
+                left -= piece
+            }
+        }
     }
 
     /// Asks the kernel for a free port on 127.0.0.1 (bind to port 0, read it, close).

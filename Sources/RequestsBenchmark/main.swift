@@ -53,6 +53,8 @@ struct Options {
                               [--url http://host:port] [--path /json] [--requests N] [--rounds N]
                               [--only PARTS] [--concurrency LIST]
                requests-bench --soak [N] [--server-process]
+               requests-bench --storm [--rounds R] [--per-round N] [--load] [--url BASE] [--seed S] [--timeout T]
+                              [--label TEXT] [--kinds LIST]
 
           --smoke            tiny counts; exits 0 only if every section produced a number
           --write FILE       also write the results as Markdown to FILE
@@ -67,6 +69,15 @@ struct Options {
                              every completion runs once, nothing else fails and memory stays flat
           --server-process   with --soak: the loopback server runs in a child process (`--serve`), so that
                              only the client's memory is measured
+          --storm            instead: the cancel storm. Starts nginx, then R rounds (8), each a child process that keeps 16
+                             requests in flight until N (3,000) were added (JSON, 1 MiB bodies, downloads, resumable
+                             downloads resumed from their ResumeState, streams; async forms too), cancelling each 0–4 ms
+                             after adding it; checks every completion runs once. Prints crashed, hung and exactly-once
+                             rounds; exits 1 if any. --load: two busy loops run beside it. --url BASE: a server serving
+                             /json, /files/storm-1m.bin and /files/storm-8m.bin instead of nginx. --seed: the first
+                             round's seed (the next rounds add 1). --timeout: a round's hang limit in seconds.
+                             --label: free text for the table (the build and TSan are detected). --kinds: some of
+                             json,body,download,resumable,resumable-async,stream,stream-async (default all)
           --concurrency LIST throughput concurrencies (default 1,16,64)
           --profile-side S   for perf: only run throughput side S (library, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
@@ -170,6 +181,10 @@ func fail(_ message: String, code: Int32) -> Never {
 
 if CommandLine.arguments.dropFirst().first == "--transfer-child" {
     runTransferChild(Array(CommandLine.arguments.dropFirst(2)))
+}
+
+if ["--storm-round", "--storm-spin"].contains(CommandLine.arguments.dropFirst().first) || CommandLine.arguments.contains("--storm") {
+    runStormCommand(Array(CommandLine.arguments.dropFirst()))
 }
 
 if CommandLine.arguments.dropFirst().first == "--serve" {

@@ -261,6 +261,10 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     round.seconds = ResourceUsage.now() - start
     let stdout = (try? String(contentsOf: outputFile, encoding: .utf8)) ?? ""
     let stderr = (try? String(contentsOf: errorFile, encoding: .utf8)) ?? ""
+    // For a closer look at a crash (every thread's backtrace with SWIFT_BACKTRACE=threads=all): keep each round's log.
+    if let folder = ProcessInfo.processInfo.environment["REQUESTS_STORM_LOGS"] {
+        try? stderr.write(toFile: "\(folder)/round-\(round.seed).stderr", atomically: true, encoding: .utf8)
+    }
     let lines = stderr.split(separator: "\n").map(String.init)
     round.sanitizerReports = lines.filter { $0.contains("WARNING: ThreadSanitizer") }.count
     round.issued = lines.compactMap { $0.hasPrefix("storm-round: issued ") ? Int($0.dropFirst(20)) : nil }.last ?? 0

@@ -139,7 +139,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         backoff?.cancel()
         deadline?.cancel()
         if let task {
-            cancelSoon(task)
+            TaskCancellation.cancel(task)
         }
     }
 
@@ -211,12 +211,12 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             return true
         }
         guard stored != nil else {
-            task.cancel()
+            TaskCancellation.cancel(task, after: 0)
             return
         }
         task.resume()
         if hasCompleted {
-            cancelSoon(task)
+            TaskCancellation.cancel(task)
         }
     }
 
@@ -229,7 +229,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).
     func transferred(completed: Int64, expected: Int64) {
-        // A cancelled task goes on for a moment (see `cancelSoon`); its bytes no longer count.
+        // A cancelled task goes on for a moment (see `TaskCancellation`); its bytes no longer count.
         guard !hasCompleted else { return }
         updateProgress(completed: completed, total: expected)
     }

@@ -178,7 +178,7 @@ class TransferSink: @unchecked Sendable {
         lock.withLock { unansweredChallenge = response }
     }
 
-    /// Ends the attempt with `error` at once, and cancels the task (see `cancelTask()`).
+    /// Ends the attempt with `error` at once, and cancels the task.
     final func stop(with error: Error) {
         stop(delivering: .data(Data()), error: error)
     }
@@ -189,14 +189,11 @@ class TransferSink: @unchecked Sendable {
     }
 
     /// Ends the attempt for an operation that has its outcome already (a stream that completed): nothing is delivered,
-    /// and the task is not cancelled again here, since the operation's own cancel is on its way (each cancel that
-    /// meets the task as it completes risks Foundation's crash, see `cancelSoon`); bytes that still come cancel it
-    /// again after half a second.
+    /// and the task is cancelled (the operation's own cancel of it may be in flight: `TaskCancellation` makes one).
     final func abandon() {
-        let claimed = claim()
-        guard claimed.first else { return }
+        guard claim().first else { return }
         dropBody()
-        lock.withLock { lastCancel = .now() }
+        cancelTask()
     }
 
     private func stop(delivering body: ResponseBody, error: Error?) {
@@ -213,14 +210,13 @@ class TransferSink: @unchecked Sendable {
         if lock.withLock({ lastCancel.map { DispatchTime.now() > $0 + 0.5 } ?? false }) { cancelTask() }
     }
 
-    /// Cancels the task with `cancelSoon`: never inside a callback (that deadlocks on Linux), and not at once,
-    /// since the body may be about to end (cancelling a task as it completes crashes Foundation on Linux).
+    /// Cancels the task through `TaskCancellation`.
     private func cancelTask() {
         let task = lock.withLock { () -> URLSessionTask? in
             lastCancel = .now()
             return self.task
         }
-        if let task { cancelSoon(task) }
+        if let task { TaskCancellation.cancel(task) }
     }
 
     /// Lets go of what the body holds so far, after a rule ended the attempt.

@@ -3,58 +3,85 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Cancels `task` a moment later, unless it has completed by then.
+/// Every `URLSessionTask.cancel()` Requests makes goes through here, so that these rules hold in one place:
 ///
-/// `URLSessionTask.cancel()` waits for the session's internal queue (about a millisecond on Linux), so it runs
-/// on a global queue: `cancelAllOperations()` over thousands of requests would otherwise crawl, and the queue
-/// would start (and send) the requests it had not reached yet. And on Linux, cancelling a task while it
-/// fails or finishes crashes Foundation (`TaskRegistry.swift:118`, "a behaviour for a task that is not in the
-/// registry"; 2 of 2 soak runs of 100,000 requests with 5 % cancellations and 1 % server faults crashed before
-/// this wait). A task in that state completes within milliseconds, and `cancel()` ignores a completed task, so
-/// waiting 50 ms leaves the race only to tasks that begin to fail in the instant of the cancellation. The cost:
-/// a cancelled task goes on for 50 ms (a short upload may finish meanwhile). On Apple platforms the task is
-/// cancelled at once (on a global queue still), so that a cancelled request is not sent.
-func cancelSoon(_ task: URLSessionTask) {
+/// - **One at a time per task.** On Linux, two `cancel()` calls on one task that overlap (an operation's and its
+///   sink's, from two threads) let the task complete between the first call and the block that call queued on
+///   Foundation's work queue; that block then crashes the process (`TaskRegistry.swift:118`; docs/reliability.md,
+///   "The cancel storm"). So a task has at most one cancel in flight: one asked for meanwhile is dropped (the one in
+///   flight covers it); one asked for after it returned is made (Linux ignores a cancel that comes too early).
+/// - **Never inside a session callback**, which on Linux runs on the session's work queue that `cancel()` waits for
+///   (a deadlock): always from a global queue.
+/// - **Not while a redirect is ruled on** (Linux): Foundation crashes when a task is cancelled while it waits for the
+///   answer to a redirect and the answer comes after, and a ruling may take its time (a custom policy, the
+///   monitors). A cancel meanwhile is made once the answer has been handed over, which Foundation queues first.
+/// - **On Linux, 50 ms late**: a task completing meanwhile has completed by then, and `cancel()` ignores it. The
+///   operation itself completes at once; the cost is a transfer that goes on for 50 ms. On Apple platforms, at once.
+enum TaskCancellation {
     #if canImport(FoundationNetworking)
-    DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) {
-        guard !PendingRedirects.deferCancel(of: task) else { return }
-        task.cancel()
-    }
+    static let delay: TimeInterval = 0.05
     #else
-    DispatchQueue.global().async {
-        task.cancel()
-    }
+    static let delay: TimeInterval = 0
     #endif
-}
 
-#if canImport(FoundationNetworking)
-/// The tasks whose redirect is being ruled on. Foundation on Linux crashes when a task is cancelled while it waits
-/// for the answer to a redirect and the answer comes after ("Received callback for HTTP redirection, but we're not
-/// waiting for it"), and a ruling may take its time (a custom policy, the monitors). So a cancel meanwhile is held
-/// back, and made once the answer has been handed over: Foundation queues the answer on the task's work queue,
-/// ahead of the cancel.
-enum PendingRedirects {
+    /// What is going on with a task: a cancel scheduled or running, a redirect ruling, a cancel held back for it.
+    private struct State {
+        var cancelInFlight = false
+        var isRuling = false
+        var cancelWanted = false
+    }
+
     private static let lock = NSLock()
-    /// Per task: whether a cancel was held back.
-    nonisolated(unsafe) private static var rulings: [ObjectIdentifier: Bool] = [:]
+    nonisolated(unsafe) private static var states: [ObjectIdentifier: State] = [:]
 
-    static func begin(_ task: URLSessionTask) {
-        lock.withLock { rulings[ObjectIdentifier(task)] = false }
-    }
-
-    /// Call after the answer has been handed to Foundation.
-    static func end(_ task: URLSessionTask) {
-        let cancelWanted = lock.withLock { rulings.removeValue(forKey: ObjectIdentifier(task)) ?? false }
-        if cancelWanted { cancelSoon(task) }
-    }
-
-    /// Whether `task` is waiting for a ruling; if so, it is cancelled when the ruling ends.
-    static func deferCancel(of task: URLSessionTask) -> Bool {
-        lock.withLock {
-            guard rulings[ObjectIdentifier(task)] != nil else { return false }
-            rulings[ObjectIdentifier(task)] = true
+    /// Cancels `task` from a global queue after `delay`, unless a cancel of it is in flight already.
+    static func cancel(_ task: URLSessionTask, after delay: TimeInterval = delay) {
+        let scheduled = update(task) { state in
+            guard !state.isRuling else {
+                state.cancelWanted = true
+                return false
+            }
+            guard !state.cancelInFlight else { return false }
+            state.cancelInFlight = true
             return true
+        }
+        guard scheduled else { return }
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
+            let now = update(task) { state in
+                // A ruling that began meanwhile holds the cancel back until it ends.
+                state.cancelWanted = state.isRuling
+                state.cancelInFlight = !state.isRuling
+                return !state.isRuling
+            }
+            guard now else { return }
+            task.cancel()
+            update(task) { $0.cancelInFlight = false }
+        }
+    }
+
+    /// Call before a redirect of `task` is handed to its ruling (off the session's work queue).
+    static func beginRedirectRuling(of task: URLSessionTask) {
+        update(task) { $0.isRuling = true }
+    }
+
+    /// Call once the ruling's answer has been handed to Foundation: a cancel held back meanwhile is made now.
+    static func endRedirectRuling(of task: URLSessionTask) {
+        let wanted = update(task) { state in
+            defer { (state.isRuling, state.cancelWanted) = (false, false) }
+            return state.cancelWanted
+        }
+        if wanted { cancel(task) }
+    }
+
+    /// Changes `task`'s state under the lock; a state with nothing going on is dropped.
+    @discardableResult
+    private static func update<T>(_ task: URLSessionTask, _ change: (inout State) -> T) -> T {
+        let id = ObjectIdentifier(task)
+        return lock.withLock {
+            var state = states[id] ?? State()
+            let result = change(&state)
+            states[id] = state.cancelInFlight || state.isRuling || state.cancelWanted ? state : nil
+            return result
         }
     }
 }
-#endif

@@ -157,11 +157,11 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         // This runs on the session's work queue (see `CallbackQueue`), and the ruling may call user code (a custom
         // policy, the monitors), which must not hold that queue up. The answer may come from any thread; a cancel
         // waits for it.
-        PendingRedirects.begin(task)
+        TaskCancellation.beginRedirectRuling(of: task)
         DispatchQueue.global().async {
             let previousURL = task.currentRequest?.url ?? response.url
             completionHandler(handler.willRedirect(response, to: request, from: previousURL))
-            PendingRedirects.end(task)
+            TaskCancellation.endRedirectRuling(of: task)
         }
         #else
         let previousURL = task.currentRequest?.url ?? response.url

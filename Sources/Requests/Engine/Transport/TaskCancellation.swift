@@ -33,19 +33,28 @@ enum TaskCancellation {
 
     private static let lock = NSLock()
     nonisolated(unsafe) private static var states: [ObjectIdentifier: State] = [:]
+    nonisolated(unsafe) private static var covered = 0
+
+    /// How many cancels were dropped because one of the same task was in flight (for the tests).
+    static var coveredCancels: Int { lock.withLock { covered } }
 
     /// Cancels `task` from a global queue after `delay`, unless a cancel of it is in flight already.
-    static func cancel(_ task: URLSessionTask, after delay: TimeInterval = delay) {
+    static func cancel(_ task: any CancellableTask, after delay: TimeInterval = delay) {
         let scheduled = update(task) { state in
             guard !state.isRuling else {
                 state.cancelWanted = true
                 return false
             }
-            guard !state.cancelInFlight else { return false }
+            guard !state.cancelInFlight else {
+                covered += 1
+                return false
+            }
             state.cancelInFlight = true
             return true
         }
         guard scheduled else { return }
+        // Kept alive until it is cancelled; its own methods are thread-safe.
+        nonisolated(unsafe) let task = task
         DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
             let now = update(task) { state in
                 // A ruling that began meanwhile holds the cancel back until it ends.
@@ -60,12 +69,12 @@ enum TaskCancellation {
     }
 
     /// Call before a redirect of `task` is handed to its ruling (off the session's work queue).
-    static func beginRedirectRuling(of task: URLSessionTask) {
+    static func beginRedirectRuling(of task: any CancellableTask) {
         update(task) { $0.isRuling = true }
     }
 
     /// Call once the ruling's answer has been handed to Foundation: a cancel held back meanwhile is made now.
-    static func endRedirectRuling(of task: URLSessionTask) {
+    static func endRedirectRuling(of task: any CancellableTask) {
         let wanted = update(task) { state in
             defer { (state.isRuling, state.cancelWanted) = (false, false) }
             return state.cancelWanted
@@ -75,7 +84,7 @@ enum TaskCancellation {
 
     /// Changes `task`'s state under the lock; a state with nothing going on is dropped.
     @discardableResult
-    private static func update<T>(_ task: URLSessionTask, _ change: (inout State) -> T) -> T {
+    private static func update<T>(_ task: any CancellableTask, _ change: (inout State) -> T) -> T {
         let id = ObjectIdentifier(task)
         return lock.withLock {
             var state = states[id] ?? State()
@@ -85,3 +94,10 @@ enum TaskCancellation {
         }
     }
 }
+
+/// What `TaskCancellation` cancels: a `URLSessionTask` (a stand-in in the tests).
+protocol CancellableTask: AnyObject {
+    func cancel()
+}
+
+extension URLSessionTask: CancellableTask {}

@@ -79,8 +79,7 @@ extension NetworkRequestOperation {
             return
         }
         let attempt: RequestAttempt? = ifNotCompleted {
-            run.sentRequest = urlRequest
-            run.sendTime = .now()
+            (run.sentRequest, run.sendTime) = (urlRequest, .now())
             return currentAttempt(sending: urlRequest)
         }
         guard let attempt else { return }

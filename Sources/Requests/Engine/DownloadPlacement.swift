@@ -31,26 +31,15 @@ enum DownloadPlacement {
         return Processed(
             value: destination,
             commit: {
-                do {
-                    if replace {
-                        // rename(2) replaces an existing file atomically.
-                        guard rename(sibling.path, destination.path) == 0 else {
-                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-                        }
-                    } else {
-                        // link(2) fails if the destination exists, atomically, so two downloads cannot both win.
-                        guard link(sibling.path, destination.path) == 0 else {
-                            if errno == EEXIST {
-                                throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
-                            }
-                            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-                        }
-                        unlink(sibling.path)
-                    }
-                } catch {
-                    unlink(sibling.path)
-                    throw error
+                // rename(2) replaces an existing file atomically; link(2) fails if the destination exists, atomically,
+                // so that two downloads cannot both win. The sibling goes unless it was renamed.
+                let failed = (replace ? rename(sibling.path, destination.path) : link(sibling.path, destination.path)) != 0
+                let code = errno
+                if failed || !replace { unlink(sibling.path) }
+                if failed, !replace, code == EEXIST {
+                    throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destination.path])
                 }
+                if failed { throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO) }
             },
             abandon: { try? fileManager.removeItem(at: sibling) }
         )

@@ -131,14 +131,8 @@ extension NetworkRequestOperation {
 /// the outcome into that failure), and `abandon` runs if a cancellation claimed it first.
 struct Processed<Value> {
     let value: Value
-    var commit: (() throws -> Void)?
-    var abandon: (() -> Void)?
-
-    init(value: Value, commit: (() throws -> Void)? = nil, abandon: (() -> Void)? = nil) {
-        self.value = value
-        self.commit = commit
-        self.abandon = abandon
-    }
+    var commit: (() throws -> Void)? = nil
+    var abandon: (() -> Void)? = nil
 }
 
 /// A response's body: bytes in memory, or the file a download wrote.
@@ -150,7 +144,7 @@ enum ResponseBody: Sendable {
     var count: Int {
         switch self {
         case let .data(data): return data.count
-        case let .file(url): return ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber)?.intValue ?? 0
+        case let .file(url): return Int(FileSink.size(of: url))
         }
     }
 

@@ -149,8 +149,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             request = nil
             lazyRun?.task = nil
             lazyRun?.backoff = nil
-            lazyRun?.deadline?.cancel()
-            lazyRun?.deadline = nil
+            lazyRun?.deadline.take()?.cancel()
             lazyRun?.sentRequest = nil
             lazyRun?.credential = nil
             lazyRun?.taskObserver = nil
@@ -202,15 +201,9 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         }
         taskObserver?(task)
         emit(.didCreateTask(attempt, task))
-        // Resume outside the lock. A cancellation that wins before the task is stored never sees it, so the
-        // task is cancelled here, unsent; one that wins after cancels it from a global queue, maybe only
-        // after resume(), so the task is also cancelled here as soon as the cancellation is visible.
-        let stored: Bool? = ifNotCompleted {
-            run.task = task
-            run.sendTime = .now()
-            return true
-        }
-        guard stored != nil else {
+        // Resumed outside the lock. A cancellation that won before the task was stored never saw it: cancelled here,
+        // unsent. One that wins after cancels it from a global queue, maybe only after resume(): cancelled here too.
+        guard ifNotCompleted({ (run.task, run.sendTime) = (task, .now()) }) != nil else {
             TaskCancellation.cancel(task, after: 0)
             return
         }
@@ -221,10 +214,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     }
 
     func measured(_ metrics: TransferMetrics) {
-        withLock {
-            guard !isCompletedUnderLock else { return }
-            run.metrics = metrics
-        }
+        _ = ifNotCompleted { run.metrics = metrics }
     }
 
     /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).
@@ -238,7 +228,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// stage what is its own, and the rest is interpreted.
     func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
         guard transferEnded(body: body, response: response, error: error) else { return }
-        if let cached = withLock({ lazyRun?.takeCachedAttempt() }) {
+        if let cached = withLock({ lazyRun?.cachedAttempt.take() }) {
             receiveThroughCache(cached, body: body, response: response, error: error)
         } else {
             finishAttempt(body: body, response: response, error: error)
@@ -258,10 +248,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         }
         let httpResponse = response as? HTTPURLResponse
         if let httpResponse {
-            withLock {
-                run.response = httpResponse
-                run.bodyBytes = body.count
-            }
+            withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
             emit(.didReceive(attempt, httpResponse, bodyBytes: body.count, duration: duration))
         }
         let processed = interpret(

@@ -12,11 +12,7 @@ extension NetworkRequestOperation {
         guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }
         // Weak, like every callback held by user code: a cancelled operation is not kept until it is called.
         request.makeURLRequest { [weak self] urlRequest in
-            guard let self, endStep(step) else { return }
-            switch urlRequest {
-            case let .failure(error): complete(with: .failure(error))
-            case let .success(urlRequest): adapt(urlRequest, from: 0)
-            }
+            self?.adapted(urlRequest, step: step, nextAdapter: 0)
         }
     }
 
@@ -37,6 +33,7 @@ extension NetworkRequestOperation {
         }
     }
 
+    /// The answer of `makeURLRequest` (`nextAdapter` 0) or of the adapter before `nextAdapter`.
     func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
         guard endStep(step) else { return }
         switch result {

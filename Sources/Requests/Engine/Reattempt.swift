@@ -81,8 +81,8 @@ extension NetworkRequestOperation {
     /// returns whether the failure was handled that way.
     private func reauthenticate(after failure: Error, attempt: RequestAttempt) -> Bool {
         guard let status = (failure as? RequestQueueError)?.statusCode, hasReattemptsLeft(.reauthentication) else { return false }
-        let state = withLock { (policies.authenticator, run.credential) }
-        guard let authenticator = state.0, let credential = state.1, authenticator.unauthorizedStatusCodes.contains(status) else { return false }
+        let (authenticator, credential) = withLock { (policies.authenticator, run.credential) }
+        guard let authenticator, let credential, authenticator.unauthorizedStatusCodes.contains(status) else { return false }
         let callbacks: any AttemptCallbacks = self
         authenticator.requestWasRejected(credential) { [weak callbacks] decision in
             callbacks?.reauthenticated(decision, after: failure, attempt: attempt)
@@ -165,14 +165,10 @@ extension NetworkRequestOperation {
         // Weak: a cancelled work item stays queued until its deadline, and must not keep the operation alive.
         let callbacks: any AttemptCallbacks = self
         let next = DispatchWorkItem { [weak callbacks] in callbacks?.startNextAttempt() }
-        let scheduled: Bool? = ifNotCompleted {
+        let scheduled: Void? = ifNotCompleted {
             run.attempt += 1
             run.reattempts[reason, default: 0] += 1
-            run.task = nil
-            run.response = nil
-            run.bodyBytes = 0
-            run.backoff = next
-            return true
+            (run.task, run.response, run.bodyBytes, run.backoff) = (nil, nil, 0, next)
         }
         guard scheduled != nil else { return }  // cancelled meanwhile: that cancellation is the outcome
         emit(.willAttemptAgain(attempt, reason, delay: delay))

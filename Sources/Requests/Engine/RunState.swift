@@ -31,7 +31,8 @@ final class RunState {
     var reattempts: [ReattemptReason: Int] = [:]
     /// The current attempt's upload body as prepared, and its length (-1: unknown until sent).
     var upload: (body: UploadBody, length: Int64)?
-    /// The response cache's part in the current attempt (see `CachingStage.swift`).
+    /// The response cache's part in the current attempt (see `CachingStage.swift`), taken when it ends: no later
+    /// attempt inherits it.
     var cachedAttempt: CachedAttempt?
     /// The current attempt's response and the size of its body.
     var response: HTTPURLResponse?
@@ -42,12 +43,6 @@ final class RunState {
     /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
     var pendingEvents: [MonitorEvent] = []
     var isDeliveringEvents = false
-
-    /// The cache's part in the attempt that just ended, which no later attempt inherits.
-    func takeCachedAttempt() -> CachedAttempt? {
-        defer { cachedAttempt = nil }
-        return cachedAttempt
-    }
 }
 
 /// Calls `handler` with the first value given, once; later values are dropped.
@@ -60,11 +55,7 @@ final class FirstAnswer<Value: Sendable>: @unchecked Sendable {
     }
 
     func give(_ value: Value) {
-        let handler: (@Sendable (Value) -> Void)? = lock.withLock {
-            defer { self.handler = nil }
-            return self.handler
-        }
-        handler?(value)
+        lock.withLock { handler.take() }?(value)
     }
 }
 

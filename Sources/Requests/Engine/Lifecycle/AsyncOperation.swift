@@ -86,16 +86,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// because an `Operation` must not report finished before its queue has started it.
     public final func finish() {
         let claimed: Bool = withLock {
-            switch state {
-            case .pending, .starting:
-                finishRequested = true
-                return false
-            case .executing:
-                state = .finishing
-                return true
-            case .finishing, .finished:
-                return false
-            }
+            if state == .pending || state == .starting { finishRequested = true }
+            guard state == .executing else { return false }
+            state = .finishing
+            return true
         }
         guard claimed else { return }
 

@@ -230,16 +230,14 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
             (error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error
         }
         let result = outcome.mapError(mapError)
-        let key: RequestRegistry.Key? = withLock {
+        let key = withLock {
             storedResult = result
-            defer { registryKey = nil }
-            return registryKey
+            return registryKey.take()
         }
         // Unregister before the handler runs, so a request added from inside it is not taken for this one.
         if let key { RequestRegistry.shared.remove(self, for: key) }
 
-        let error: Error?
-        if case let .failure(failure) = outcome { error = failure } else { error = nil }
+        let error: Error? = if case let .failure(failure) = outcome { failure } else { nil }
         if error == nil, let progress = withLock({ storedProgress }) {
             progress.completedUnitCount = max(progress.totalUnitCount, progress.completedUnitCount)
             publishProgress(ProgressSnapshot(completedUnitCount: progress.completedUnitCount, totalUnitCount: progress.totalUnitCount))
@@ -261,12 +259,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     }
 
     private func runCompletionAndFinish() {
-        let (completion, result): (Completion?, Result<Success, Failure>?) = withLock {
-            defer {
-                self.completion = nil
-                self.mapError = nil
-            }
-            return (self.completion, storedResult)
+        let (completion, result) = withLock {
+            mapError = nil
+            return (self.completion.take(), storedResult)
         }
         if let completion, let result {
             completion(result)
@@ -276,9 +271,6 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
         releaseResources()
         finish()
-        withLock {
-            defer { progressWatchers = nil }
-            return progressWatchers
-        }?.finish()
+        withLock { progressWatchers.take() }?.finish()
     }
 }

@@ -6,13 +6,11 @@ import Foundation
 import Glibc
 #endif
 
-/// Runs a ``DownloadRequest`` with a data task whose body Requests writes to a file of its own as it arrives (see
-/// `FileSink`), so that memory stays flat and the file is always Requests' to keep, move, append to or remove.
+/// Runs a ``DownloadRequest`` with a data task whose body Requests writes to a file of its own as it arrives, so that
+/// memory stays flat and the file is always Requests' to keep, move, append to or remove.
 ///
 /// Not a download task: on Linux Foundation never deletes a download task's temporary file, not even after a
 /// failure or a cancellation, gives no resume data, and does not name the file until the download has succeeded.
-/// Measured (docs/reliability.md): writing each chunk in the session's callback ran at 414–444 MiB/s with a flat
-/// 36 MB peak for 1 GiB, a download task at 220–328 MiB/s.
 ///
 /// **Resuming.** Each attempt asks for `Accept-Encoding: identity` (unless the request sets its own), so that the
 /// bytes on disk are the ones a range counts. When an attempt fails after some of the body arrived and the
@@ -72,16 +70,13 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             urlRequest.setValue("bytes=\(resumable.bytes)-", forHTTPHeaderField: "Range")
             urlRequest.setValue(resumable.validator.headerValue, forHTTPHeaderField: "If-Range")
         }
-        let current: Bool? = ifNotCompleted {
+        return ifNotCompleted {
             if let partial, partial.file != resumable?.file {
                 try? FileManager.default.removeItem(at: partial.file)
             }
-            partial = resumable
-            resumeDestination = destination
-            return true
+            (partial, resumeDestination) = (resumable, destination)
+            return StatusRule(partialContinuesWhole: resumable != nil)
         }
-        guard current != nil else { return nil }
-        return StatusRule(partialContinuesWhole: resumable != nil)
     }
 
     /// `partial` as the next attempt can continue it: cut to the bytes that are really on disk (someone may have
@@ -116,10 +111,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         // What the attempt left on disk becomes the next attempt's to continue. Under the lock, so that a
         // cancellation deciding about those bytes (`willDeliver`) sees them either here or in the transfer.
         _ = ifNotCompleted {
-            if let transfer {
-                partial = transfer.detach()
-                self.transfer = nil
-            }
+            if let transfer = transfer.take() { partial = transfer.detach() }
         }
         return true
     }
@@ -137,12 +129,10 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
         let discarded: URL? = withLock {
-            let left = transfer.map { $0.detach() } ?? partial
-            transfer = nil
+            let left = transfer.take().map { $0.detach() } ?? partial
             partial = nil
             guard let left else { return nil }
-            let isCancellation: Bool
-            if case .cancelled? = error as? RequestQueueError { isCancellation = true } else { isCancellation = (error as? URLError)?.code == .cancelled }
+            let isCancellation = if case .cancelled? = error as? RequestQueueError { true } else { (error as? URLError)?.code == .cancelled }
             let keeps = error != nil && !(error is DownloadError) && (isCancellation ? keepsPartialFileOnCancel : keepsPartialFile)
             guard keeps else { return left.file }
             storedResumeState = ResumeState(

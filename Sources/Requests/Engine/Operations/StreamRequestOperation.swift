@@ -16,11 +16,9 @@ import Foundation
 /// Elements go to the `receive` handler on the completion queue, one call at a time, in order; decoding runs there
 /// too, between calls. The completion comes last, once, after the last element, and no element follows it.
 ///
-/// A consumer slower than the server cannot hold the transfer back: on Linux, `URLSessionTask.suspend()` on a data
-/// task either closes the connection and sends the request again from byte 0 on `resume()` (the new body appended
-/// to the old one, with no error), or does not stop it at all, and it can crash Foundation when it meets the end of
-/// the transfer (measured; see docs/reliability.md). So the bytes that wait for the consumer are bounded instead:
-/// past ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``.
+/// A consumer slower than the server cannot hold the transfer back (on Linux, suspending a data task may send the
+/// request again from byte 0, not stop it, or crash Foundation), so the bytes that wait for the consumer are bounded
+/// instead: past ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``.
 ///
 /// It finishes when the stream ends, fails or is cancelled, so operations that depend on it run after it.
 public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOperation<R>, @unchecked Sendable {
@@ -83,8 +81,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         var decoder = request.makeDecoder()
         let policy = request.reconnectPolicy
         let bufferSize = max(request.bufferSize, 1)
-        let previous: R.Decoder? = withLock { stream.decoder }
-        if let previous { decoder.resume(after: previous) }
+        if let previous = withLock({ stream.decoder }) { decoder.resume(after: previous) }
         for (name, value) in decoder.requestHeaders {
             // The request's own headers win, except the decoder's place in the stream.
             if urlRequest.value(forHTTPHeaderField: name) == nil || name.caseInsensitiveCompare("Last-Event-ID") == .orderedSame {
@@ -138,10 +135,8 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         guard let failure else {
             return policy?.reconnectsWhenServerCloses == true ? reconnection(or: .success(summary())) : .finish(.success(summary()))
         }
-        var streamed = false
-        var rejected = false
-        if case .streaming = phase { streamed = true }
-        if case .rejected = phase { rejected = true }
+        let streamed = if case .streaming = phase { true } else { false }
+        let rejected = if case .rejected = phase { true } else { false }
         if policy != nil, !rejected, Self.isDrop(failure), streamed || isReconnection {
             return reconnection(or: .failure(failure))
         }
@@ -180,20 +175,12 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         case .closedByServer:
             complete(with: .success(summary()))
         case .streaming:
-            if error == nil {
-                let taken: R.Decoder? = withLock {
-                    defer { stream.decoder = nil }
-                    return stream.decoder
-                }
-                if var decoder = taken {
-                    do {
-                        try decoder.finish().forEach { _ = deliver($0) }
-                    } catch {
-                        withLock { stream.decoder = decoder }
-                        interrupt(with: error)
-                        return
-                    }
-                    withLock { stream.decoder = decoder }
+            if error == nil, var decoder = withLock({ stream.decoder.take() }) {
+                let finished = Result { try decoder.finish().forEach { _ = deliver($0) } }
+                withLock { stream.decoder = decoder }
+                if case let .failure(failure) = finished {
+                    interrupt(with: failure)
+                    return
                 }
             }
             decide(after: error, attempt: attempt, response: response, duration: duration)

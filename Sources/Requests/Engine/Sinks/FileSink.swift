@@ -3,9 +3,8 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// The callbacks of a download's data task: each chunk is written to a file as it arrives, in the callback (the
-/// session's callbacks run one at a time; the write keeps memory flat, where a queue between the session and a
-/// writer grew to 279 MiB when the disk was slower than loopback). Its body limit is
+/// The callbacks of a download's data task: each chunk is written to a file in the callback, as it arrives (they run
+/// one at a time; a queue to a writer grew to 279 MiB when the disk was slower than loopback). Its body limit is
 /// ``TransferLimits/maximumDownloadSize``, counted over the whole representation when it resumes.
 ///
 /// When the attempt continues bytes an earlier one left (`resuming`, sent as `Range: bytes=N-`), the headers decide
@@ -67,31 +66,22 @@ final class FileSink: TransferSink, @unchecked Sendable {
         var validator = http.flatMap(PartialFile.validator(of:))
         if status == 206 {
             if let resuming {
-                let sameTag = http?.value(forHTTPHeaderField: "ETag").map { $0.trimmingCharacters(in: .whitespaces) == resuming.validator.headerValue } ?? true
+                let etag = http?.value(forHTTPHeaderField: "ETag")?.trimmingCharacters(in: .whitespaces)
+                let sameTag = if case .entityTag = resuming.validator { etag == nil || etag == resuming.validator.headerValue } else { true }
                 let sameLength = range?.length == nil || resuming.expectedLength == nil || range?.length == resuming.expectedLength
-                guard let range, range.first == resuming.bytes, sameLength, sameTag || !isEntityTag(resuming.validator) else {
-                    stop(with: mismatch)
-                    return false
-                }
-                file = resuming.file
-                offset = resuming.bytes
+                guard let range, range.first == resuming.bytes, sameLength, sameTag else { return refuse(mismatch) }
+                (file, offset, validator) = (resuming.file, resuming.bytes, resuming.validator)
                 total = range.length ?? resuming.expectedLength ?? -1
-                validator = resuming.validator
             } else {
                 // Asked for everything: only a range that is everything will do.
-                guard let range, range.first == 0, let length = range.length, range.last == length - 1 else {
-                    stop(with: mismatch)
-                    return false
-                }
+                guard let range, range.first == 0, let length = range.length, range.last == length - 1 else { return refuse(mismatch) }
                 total = length
             }
         } else if status == 416, resuming != nil {
-            stop(with: mismatch)
-            return false
+            return refuse(mismatch)
         }
         if let limit = bodyLimit, total > limit {
-            stop(with: TransferLimitError.responseTooLarge(limit: limit))
-            return false
+            return refuse(TransferLimitError.responseTooLarge(limit: limit))
         }
         let replacesResumed = (200..<300).contains(status) && file != resuming?.file && resuming != nil
         var opened: FileHandle?
@@ -102,19 +92,14 @@ final class FileSink: TransferSink, @unchecked Sendable {
                 try handle.seekToEnd()
                 opened = handle
             } catch {
-                stop(with: error)
-                return false
+                return refuse(error)
             }
         }
-        lock.lock()
-        target = file
-        written = offset
-        reported = offset
-        expected = total
-        self.validator = (200..<300).contains(status) ? validator : nil
-        handle = opened
-        if replacesResumed { keepsResumed = false }
-        lock.unlock()
+        lock.withLock {
+            (target, written, reported, expected, handle) = (file, offset, offset, total, opened)
+            self.validator = (200..<300).contains(status) ? validator : nil
+            if replacesResumed { keepsResumed = false }
+        }
         if replacesResumed, let resuming {
             try? FileManager.default.removeItem(at: resuming.file)
         }
@@ -124,26 +109,17 @@ final class FileSink: TransferSink, @unchecked Sendable {
         return true
     }
 
-    private func isEntityTag(_ validator: ResumeState.Validator) -> Bool {
-        if case .entityTag = validator { return true }
-        return false
-    }
-
     override func didReceive(_ data: Data) {
         moved(Int64(data.count))
-        lock.lock()
-        guard !isOverUnderLock, !isStopped, !isDetached else {
-            lock.unlock()
-            receivedAfterStop()
-            return
+        let wrote = receiving { () -> (Result<Void, Error>, total: Int64, expected: Int64, report: Bool)? in
+            guard !isStopped, !isDetached else { return nil }
+            let outcome = Result { try write(data) }
+            written += Int64(data.count)
+            let report = written - reported >= 256 * 1024 || written == expected
+            if report { reported = written }
+            return (outcome, written, expected, report)
         }
-        let outcome = Result { try write(data) }
-        written += Int64(data.count)
-        let total = written
-        let expected = self.expected
-        let report = total - reported >= 256 * 1024 || total == expected
-        if report { reported = total }
-        lock.unlock()
+        guard let (outcome, total, expected, report) = wrote else { return }
         if case let .failure(error) = outcome {
             stop(with: error)
         } else if let limit = bodyLimit, total > limit {
@@ -168,9 +144,9 @@ final class FileSink: TransferSink, @unchecked Sendable {
     }
 
     override func dropBody() {
-        let handle = lock.withLock { () -> FileHandle? in
-            defer { (isStopped, self.handle) = (true, nil) }
-            return self.handle
+        let handle = lock.withLock {
+            isStopped = true
+            return self.handle.take()
         }
         try? handle?.close()
     }
@@ -179,8 +155,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
         lock.lock()
         let complete = error == nil && !isStopped && !isDetached
         if complete { isHandedOver = true }
-        let handle = self.handle
-        self.handle = nil
+        let handle = self.handle.take()
         let file = target ?? freshFile
         let cut = error.flatMap { Self.cutConnection($0, written: written, expected: expected) }
         lock.unlock()
@@ -213,16 +188,12 @@ final class FileSink: TransferSink, @unchecked Sendable {
     /// to, or the body it wrote if that can be resumed, or else the bytes it was to continue. Removes a file that
     /// cannot be resumed (an error body, a body without a validator). `nil` once the file has been handed over.
     func detach() -> PartialFile? {
-        lock.lock()
-        guard !isDetached else {
-            lock.unlock()
-            return nil
+        let state = lock.withLock { () -> (FileHandle?, URL?, ResumeState.Validator?, Int64, Bool, Bool)? in
+            guard !isDetached else { return nil }
+            isDetached = true
+            return (handle.take(), target, validator, expected, isHandedOver, keepsResumed)
         }
-        isDetached = true
-        let handle = self.handle
-        self.handle = nil
-        let (target, validator, expected, isHandedOver, keepsResumed) = (target, validator, expected, isHandedOver, keepsResumed)
-        lock.unlock()
+        guard let (handle, target, validator, expected, isHandedOver, keepsResumed) = state else { return nil }
         try? handle?.close()
         var left = keepsResumed ? resuming : nil
         guard let target else { return left }

@@ -32,17 +32,12 @@ final class MemorySink: TransferSink, @unchecked Sendable {
 
     override func didReceive(_ data: Data) {
         moved(Int64(data.count))
-        lock.lock()
-        guard !isOverUnderLock else {
-            // Chunks already queued when a rule ended the attempt, or a body that a refusal at its headers did not stop.
-            lock.unlock()
-            receivedAfterStop()
-            return
+        let fits = receiving { () -> Bool? in
+            let fits = rules.limits.maximumBodySize.map { Int64(bufferedBody.count + data.count) <= $0 } ?? true
+            if fits { bufferedBody.append(data) }
+            return fits
         }
-        let fits = rules.limits.maximumBodySize.map { Int64(bufferedBody.count + data.count) <= $0 } ?? true
-        if fits { bufferedBody.append(data) }
-        lock.unlock()
-        if !fits, let limit = rules.limits.maximumBodySize {
+        if fits == false, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
         }
     }

@@ -82,8 +82,7 @@ extension StreamRequestOperation {
                 if isCompletedUnderLock {
                     stream.isPumping = false
                     stream.inbox.removeAll()
-                    defer { stream.deferredCompletion = nil }
-                    return .stop(then: stream.deferredCompletion)
+                    return .stop(then: stream.deferredCompletion.take())
                 }
                 if let sink, sink.isFull() {
                     stream.isPumping = false
@@ -120,10 +119,7 @@ extension StreamRequestOperation {
     /// Runs the validations and the decoder's check on an accepted response; a failure stops the connection.
     func check(_ response: HTTPURLResponse, transfer: StreamSink) {
         guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, stream.decoder) }) else { return }
-        withLock {
-            run.response = response
-            stream.lastResponse = response
-        }
+        withLock { (run.response, stream.lastResponse) = (response, response) }
         guard response.statusCode != 204 else {
             withLock { stream.phase = .closedByServer }
             return
@@ -145,24 +141,16 @@ extension StreamRequestOperation {
     }
 
     func decode(_ data: Data) {
+        // Taken while it decodes.
         let taken: R.Decoder? = withLock {
-            guard case .streaming = stream.phase, let decoder = stream.decoder else { return nil }
-            stream.decoder = nil  // while it decodes
-            return decoder
+            guard case .streaming = stream.phase else { return nil }
+            return stream.decoder.take()
         }
         if var decoder = taken {
-            var failure: Error?
-            do {
-                try decoder.decode(data) { element in
-                    guard deliver(element) else { throw StopDecoding() }
-                }
-            } catch is StopDecoding {
-            } catch {
-                failure = error
-            }
+            let decoded = Result { try decoder.decode(data) { guard deliver($0) else { throw StopDecoding() } } }
             withLock { stream.decoder = decoder }
-            if let failure {
-                interrupt(with: failure)
+            if case let .failure(error) = decoded, !(error is StopDecoding) {
+                interrupt(with: error)
             }
         }
         withLock { stream.waitingBytes -= data.count + StreamState<R.Decoder>.inputOverhead }
@@ -242,10 +230,7 @@ final class StreamState<Decoder: StreamDecoder> {
     static var inputOverhead: Int { 64 }
 
     func startConnection() {
-        phase = .connecting
-        hasStarted = false
-        connectionElements = 0
-        connectionBytes = 0
+        (phase, hasStarted, connectionElements, connectionBytes) = (.connecting, false, 0, 0)
     }
 
     /// Whether the caller is to start the pump: it is not running, nor waiting for the consumer.

@@ -34,29 +34,23 @@ final class StreamSink: TransferSink, @unchecked Sendable {
 
     override func didReceive(_ data: Data) {
         moved(Int64(data.count))
-        lock.lock()
-        guard !isOverUnderLock else {
-            lock.unlock()
-            receivedAfterStop()
-            return
+        let received = receiving { () -> (fullErrorBody: Data?, tooLarge: Bool, wanted: Bool)? in
+            guard isStreaming else {
+                let room = Self.errorBodyLimit - bufferedBody.count
+                bufferedBody.append(data.prefix(room))
+                return (data.count >= room ? bufferedBody : nil, false, true)
+            }
+            streamed += Int64(data.count)
+            let tooLarge = rules.limits.maximumBodySize.map { streamed > $0 } ?? false
+            // Handed over under the lock, so that no chunk can follow the end of an attempt that a rule stopped from
+            // another thread (the minimum-speed watchdog).
+            return (nil, tooLarge, !tooLarge && streamCallbacks?.streamDidReceive(data) == true)
         }
-        guard isStreaming else {
-            let room = Self.errorBodyLimit - bufferedBody.count
-            bufferedBody.append(data.prefix(room))
-            let isFull = data.count >= room
-            let body = bufferedBody
-            lock.unlock()
+        guard let (fullErrorBody, tooLarge, wanted) = received else { return }
+        if let fullErrorBody {
             // An error body that goes on and on is not waited for.
-            if isFull { stop(keeping: .data(body)) }
-            return
-        }
-        streamed += Int64(data.count)
-        let tooLarge = rules.limits.maximumBodySize.map { streamed > $0 } ?? false
-        // Handed over under the lock, so that no chunk can follow the end of an attempt that a rule stopped from
-        // another thread (the minimum-speed watchdog).
-        let wanted = !tooLarge && streamCallbacks?.streamDidReceive(data) == true
-        lock.unlock()
-        if tooLarge, let limit = rules.limits.maximumBodySize {
+            stop(keeping: .data(fullErrorBody))
+        } else if tooLarge, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
         } else if !wanted {
             // A stream that has its outcome wants no more. Its operation has cancelled the task; if Linux ignored that

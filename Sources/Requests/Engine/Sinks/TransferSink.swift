@@ -29,7 +29,7 @@ class TransferSink: @unchecked Sendable {
     let lock = NSLock()
     private weak var task: URLSessionTask?
     /// Whether the outcome has been handed on (or a rule ended the attempt).
-    fileprivate var isOver = false
+    private(set) var isOver = false
     private var redirects = 0
     /// What is measured of the transfer (see ``TransferMetrics``), and when the task started.
     private var metrics = TransferMetrics()
@@ -52,11 +52,6 @@ class TransferSink: @unchecked Sendable {
         self.rules = rules
     }
 
-    /// Whether the outcome has been handed on, or a rule ended the attempt, for a subclass that holds `lock`.
-    final var isOverUnderLock: Bool {
-        isOver
-    }
-
     /// The task whose callbacks this receives, set before it is resumed.
     final func attach(_ task: URLSessionTask) {
         lock.withLock { (self.task, startTime) = (task, .now()) }
@@ -65,12 +60,12 @@ class TransferSink: @unchecked Sendable {
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
     /// whether the connection was reused. Called before the subclass's callback.
     final func measure(sentTotal: Int64? = nil, received: Int? = nil, responseArrived: Bool = false, reusedConnection: Bool? = nil) {
-        lock.lock()
-        defer { lock.unlock() }
-        if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
-        if let received { metrics.bytesReceived += Int64(received) }
-        if responseArrived, metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
-        if let reusedConnection { metrics.isReusedConnection = reusedConnection }
+        lock.withLock {
+            if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
+            if let received { metrics.bytesReceived += Int64(received) }
+            if responseArrived, metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
+            if let reusedConnection { metrics.isReusedConnection = reusedConnection }
+        }
     }
 
     // MARK: - Callbacks, on the session's delegate queue
@@ -101,8 +96,7 @@ class TransferSink: @unchecked Sendable {
         let hasBody = !isHead && status >= 200 && status != 204 && status != 304
         if let limit = bodyLimit, response.expectedContentLength > limit, hasBody {
             // Linux ignores the `.cancel` answer (see `TransferSession`), so the task is cancelled too.
-            stop(with: TransferLimitError.responseTooLarge(limit: limit))
-            return false
+            return refuse(TransferLimitError.responseTooLarge(limit: limit))
         }
         // Bytes before these headers were the body of a response the session answered itself (a 401 whose
         // challenge got a credential: Linux hands that body over too).
@@ -161,12 +155,9 @@ class TransferSink: @unchecked Sendable {
             body.discard()
             return
         }
-        if let failure {
+        if failure != nil || unanswered != nil {
             body.discard()
-            deliver(body: .data(Data()), response: response, error: failure)
-        } else if let unanswered {
-            body.discard()
-            deliver(body: .data(Data()), response: unanswered, error: nil)
+            deliver(body: .data(Data()), response: failure == nil ? unanswered : response, error: failure)
         } else {
             deliver(body: body, response: response, error: error)
         }
@@ -181,6 +172,12 @@ class TransferSink: @unchecked Sendable {
     /// Ends the attempt with `error` at once, and cancels the task.
     final func stop(with error: Error) {
         stop(delivering: .data(Data()), error: error)
+    }
+
+    /// ``stop(with:)`` for a response refused at its headers: returns `false`, the answer to ``shouldAccept(_:)``.
+    final func refuse(_ error: Error) -> Bool {
+        stop(with: error)
+        return false
     }
 
     /// Ends the attempt at once with `body` as if the response had ended there, and cancels the task.
@@ -204,10 +201,14 @@ class TransferSink: @unchecked Sendable {
         cancelTask()
     }
 
-    /// Bytes arrived after a rule ended the attempt: the cancel was ignored (Linux ignores one that comes too early,
-    /// such as a download's at its first write), so the task is cancelled again, at most every half second.
-    final func receivedAfterStop() {
+    /// Runs `body` under `lock` for a chunk of the body unless the attempt is over; returns `nil` if it is, or if `body`
+    /// does. Such a chunk (queued before a rule ended the attempt, or of a body a refusal at its headers did not stop)
+    /// means the cancel was ignored (Linux ignores one that comes too early, such as a download's at its first write):
+    /// the task is cancelled again, at most every half second.
+    final func receiving<T>(_ body: () -> T?) -> T? {
+        if let result = lock.withLock({ isOver ? nil : body() }) { return result }
         if lock.withLock({ lastCancel.map { DispatchTime.now() > $0 + 0.5 } ?? false }) { cancelTask() }
+        return nil
     }
 
     /// Cancels the task through `TaskCancellation`.
@@ -229,32 +230,23 @@ class TransferSink: @unchecked Sendable {
     /// Checks the current window (called about once a second by the watchdog); returns whether to keep watching.
     final func checkSpeed(now: DispatchTime) -> Bool {
         guard let speed = rules.limits.minimumSpeed, speed.seconds.isFinite, speed.seconds > 0 else { return false }
-        lock.lock()
-        guard !isOver, let start = windowStart else {
-            lock.unlock()
-            return !isOver
+        let window = UInt64(min(speed.seconds, 1e9) * 1e9)
+        let (over, tooSlow) = lock.withLock { () -> (Bool, Bool) in
+            guard !isOver, let start = windowStart, now.uptimeNanoseconds &- start.uptimeNanoseconds >= window else { return (isOver, false) }
+            defer { (windowStart, movedAtWindowStart) = (now, moved) }
+            return (false, moved - movedAtWindowStart < speed.bytes)
         }
-        guard now.uptimeNanoseconds &- start.uptimeNanoseconds >= UInt64(min(speed.seconds, 1e9) * 1e9) else {
-            lock.unlock()
-            return true
-        }
-        let tooSlow = moved - movedAtWindowStart < speed.bytes
-        windowStart = now
-        movedAtWindowStart = moved
-        lock.unlock()
         if tooSlow { stop(with: TransferLimitError.tooSlow(speed)) }
-        return !tooSlow
+        return !over && !tooSlow
     }
 
     private func startWindowIfNeeded() {
         guard rules.limits.minimumSpeed != nil else { return }
-        lock.lock()
-        let starts = windowStart == nil && !isOver
-        if starts {
-            windowStart = .now()
-            movedAtWindowStart = moved
+        let starts = lock.withLock {
+            guard windowStart == nil, !isOver else { return false }
+            (windowStart, movedAtWindowStart) = (.now(), moved)
+            return true
         }
-        lock.unlock()
         if starts { TransferWatchdog.shared.watch(self) }
     }
 
@@ -262,11 +254,11 @@ class TransferSink: @unchecked Sendable {
 
     /// Claims the outcome: whether this is the first claim, and the task.
     private func claim() -> (first: Bool, task: URLSessionTask?) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !isOver else { return (false, nil) }
-        isOver = true
-        return (true, task)
+        lock.withLock {
+            guard !isOver else { return (false, nil) }
+            isOver = true
+            return (true, task)
+        }
     }
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {

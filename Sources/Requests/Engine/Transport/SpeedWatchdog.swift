@@ -13,27 +13,24 @@ final class TransferWatchdog: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
 
     func watch(_ transfer: TransferSink) {
-        lock.lock()
-        defer { lock.unlock() }
-        watched[ObjectIdentifier(transfer)] = transfer
-        guard timer == nil else { return }
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
-        timer.setEventHandler { [weak self] in self?.tick() }
-        timer.resume()
-        self.timer = timer
+        lock.withLock {
+            watched[ObjectIdentifier(transfer)] = transfer
+            guard timer == nil else { return }
+            let timer = DispatchSource.makeTimerSource(queue: .global())
+            timer.schedule(deadline: .now() + 1, repeating: 1, leeway: .milliseconds(100))
+            timer.setEventHandler { [weak self] in self?.tick() }
+            timer.resume()
+            self.timer = timer
+        }
     }
 
     private func tick() {
         let transfers = lock.withLock { Array(watched.values) }
         let now = DispatchTime.now()
         let done = transfers.filter { !$0.checkSpeed(now: now) }.map(ObjectIdentifier.init)
-        lock.lock()
-        done.forEach { watched[$0] = nil }
-        if watched.isEmpty {
-            timer?.cancel()
-            timer = nil
+        lock.withLock {
+            done.forEach { watched[$0] = nil }
+            if watched.isEmpty { timer.take()?.cancel() }
         }
-        lock.unlock()
     }
 }

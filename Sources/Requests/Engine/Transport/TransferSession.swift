@@ -5,17 +5,15 @@ import Foundation
 
 /// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's `TransferSink`.
 ///
-/// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12): the
-/// caller's session and its delegate stay in charge of everything the handler does not answer, such as
-/// authentication challenges and metrics. A caller's session with a concurrent delegate queue is the exception: its
-/// callbacks could overlap, so its tasks run as on Linux.
+/// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12), so the caller's
+/// session and its delegate handle what the sink does not (authentication challenges, metrics); unless its delegate
+/// queue is concurrent (callbacks could overlap): then as on Linux.
 ///
-/// On Linux, per-task delegates are accepted and ignored, and byte counts arrive only through session-delegate
-/// callbacks for tasks made without a completion handler. So a task runs on a session Requests creates once per
-/// caller session, with that session's configuration (headers, timeouts, cookies, cache, protocol classes) but
-/// this delegate and a `CallbackQueue`. The caller session's delegate still answers authentication challenges, on
-/// its own delegate queue; its other callbacks are not called. Such a session is invalidated (after its tasks finish) the next
-/// time Requests derives one, once the caller's session it came from has been released.
+/// On Linux per-task delegates are ignored, and byte counts arrive only through session-delegate callbacks of tasks
+/// without a completion handler. So a task runs on a session derived once per caller session: its configuration
+/// (headers, timeouts, cookies, cache, protocol classes), this delegate and a `CallbackQueue`. The caller's delegate
+/// still answers authentication challenges, on its own queue; its other callbacks are not called. A derived session is
+/// invalidated (after its tasks finish) when the next one is derived, once the caller's session has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// Throws ``RequestQueueError/misuse(_:)`` for a background session, whose tasks cannot have a delegate of their own.
     static func checkSupported(_ base: URLSession) throws {
@@ -64,19 +62,17 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
 
     /// The session derived from `base`, and its delegate, created on first use.
     static func session(for base: URLSession) -> (URLSession, TransferSession) {
-        sessionsLock.lock()
-        if let entry = sessions[ObjectIdentifier(base)], entry.base === base {
-            sessionsLock.unlock()
-            return (entry.session, entry.delegate)
+        let (session, delegate, released) = sessionsLock.withLock { () -> (URLSession, TransferSession, [ObjectIdentifier: Entry]) in
+            if let entry = sessions[ObjectIdentifier(base)], entry.base === base { return (entry.session, entry.delegate, [:]) }
+            // A session keeps its delegate and threads until it is invalidated; its running tasks finish first.
+            let released = sessions.filter { $0.value.base == nil }
+            released.keys.forEach { sessions[$0] = nil }
+            let delegate = TransferSession()
+            delegate.base = base
+            let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: CallbackQueue())
+            sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
+            return (session, delegate, released)
         }
-        // A session keeps its delegate and threads until it is invalidated; its running tasks finish first.
-        let released = sessions.filter { $0.value.base == nil }
-        released.keys.forEach { sessions[$0] = nil }
-        let delegate = TransferSession()
-        delegate.base = base
-        let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: CallbackQueue())
-        sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
-        sessionsLock.unlock()
         released.values.forEach { $0.session.finishTasksAndInvalidate() }
         return (session, delegate)
     }
@@ -179,21 +175,19 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     #if canImport(FoundationNetworking)
-    /// corelibs raises no server-trust or client-certificate challenges; the rest are per task, and go to the
-    /// caller's delegate. (On Apple platforms this delegate has no challenge method, so for a task on the caller's
-    /// session its delegate receives every challenge as it would without Requests; a derived session's challenges
-    /// get the default handling.)
+    /// Linux only: corelibs raises no server-trust or client-certificate challenges; the rest are per task, and go to
+    /// the caller's delegate. (On Apple platforms the caller's delegate gets them as without Requests; a derived
+    /// session's get the default handling.)
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        // For HTTP authentication (Basic, Digest), corelibs hangs on `.performDefaultHandling` when it has no
-        // credential to use, crashes on `.useCredential` without one, and cancels on `.rejectProtectionSpace`; Apple
-        // platforms deliver the 401 then. So those answers use the credential default handling would (the URL's,
-        // else the session's storage), once, or else cancel the task and end the attempt with the challenge's
-        // response. Other challenges (corelibs raises no server-trust ones) get the answer as it is.
+        // For HTTP authentication (Basic, Digest) corelibs hangs on `.performDefaultHandling` without a credential,
+        // crashes on `.useCredential` without one, and cancels on `.rejectProtectionSpace`, where Apple platforms
+        // deliver the 401. So those answers use default handling's credential (the URL's, else the storage's), once,
+        // or else cancel the task and end the attempt with the challenge's response. Others pass as they are.
         let transfer = handler(for: task)
         let storage = session.configuration.urlCredentialStorage
         let isHTTPAuthentication = Self.httpAuthenticationMethods.contains(challenge.protectionSpace.authenticationMethod)
@@ -256,17 +250,13 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 }
 
-/// The delegate queue of a session Requests derives.
+/// The delegate queue of a session Requests derives: on Linux each block runs at once, where it is added.
 ///
-/// URLSession hands each callback to its delegate queue with `addOperation(_:)` of a block. Through a plain
-/// `OperationQueue` each block becomes a `BlockOperation` with its state changes and notifications, and a thread
-/// hop: a small response makes three of them, where a completion-handler task makes one (profiled: about 40 µs of
-/// CPU per request on Linux). On Linux the session calls `addOperation(_:)` from its own serial work queue, so a
-/// block runs there at once, in order, never overlapping another. The callbacks are short and never call user code
-/// or wait for the session (what might, such as a redirect ruling or an authentication challenge, goes to another
-/// queue first); the operation processes the response on a global queue. (A `URLProtocol` of the caller's may call
-/// its client from threads of its own: a lock keeps those callbacks one at a time too.) On Apple platforms, where
-/// the session's threads are its own business and this was not measured, it is a plain serial queue.
+/// Through a plain `OperationQueue` each callback becomes a `BlockOperation` and a thread hop (three for a small
+/// response; profiled on Linux: about 40 µs of CPU per request). On Linux the session adds its blocks from its serial
+/// work queue, so they run in order, never overlapping; they are short and never call user code or wait for the
+/// session (a redirect ruling or a challenge goes to another queue first). On Apple platforms (not measured) it is a
+/// plain serial queue.
 final class CallbackQueue: OperationQueue, @unchecked Sendable {
     override init() {
         super.init()

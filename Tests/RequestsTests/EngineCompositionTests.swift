@@ -16,41 +16,37 @@ private struct ComposedVersion: Decodable, Equatable {
     let version: Int
 }
 
-/// POST `uploadBody` to `url`, the response decoded as JSON: an upload transfer with the decodable interpreter.
-private struct UploadDecoding<S: Decodable>: UploadRequest, DecodableRequest {
+/// An upload POSTed to `url`.
+private protocol PostedUpload: UploadRequest {
+    var url: URL { get }
+}
+
+extension PostedUpload {
+    var identifier: String { url.absoluteString }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        completion(.success(request))
+    }
+}
+
+/// The response decoded as JSON: an upload transfer with the decodable interpreter.
+private struct UploadDecoding<S: Decodable>: PostedUpload, DecodableRequest {
     typealias Success = S
     let url: URL
     var uploadBody: UploadBody = .data(Data(#"{"draft":true}"#.utf8))
-    var identifier: String { url.absoluteString }
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        completion(.success(request))
-    }
 }
 
-/// POST `uploadBody` to `url`, no response body expected: an upload transfer with the no-content interpreter.
-private struct UploadNoContent: UploadRequest, NoContentRequest {
+/// No response body expected: an upload transfer with the no-content interpreter.
+private struct UploadNoContent: PostedUpload, NoContentRequest {
     let url: URL
     var uploadBody: UploadBody = .data(Data("payload".utf8))
-    var identifier: String { url.absoluteString }
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        completion(.success(request))
-    }
 }
 
-/// POST `uploadBody` to `url`, the response read as text: an upload transfer with the text interpreter.
-private struct UploadText: UploadRequest, TextRequest {
+/// The response read as text: an upload transfer with the text interpreter.
+private struct UploadText: PostedUpload, TextRequest {
     let url: URL
     var uploadBody: UploadBody = .data(Data("payload".utf8))
-    var identifier: String { url.absoluteString }
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        completion(.success(request))
-    }
 }
 
 /// GET `url`, decoded as a ``ComposedVersion``, through whatever cache the queue's policies name.

@@ -2,6 +2,11 @@
 import FoundationNetworking
 #endif
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Where an interrupted download stands: the bytes it kept on disk, and what proves they still belong to the
 /// resource. Store it (it is `Codable`) and pass it to `addRequest(_:resumingFrom:…)` to fetch only the rest, in
@@ -37,7 +42,11 @@ public struct ResumeState: Codable, Sendable, Hashable {
     /// Its full length, when the server said.
     public let expectedLength: Int64?
     /// The file holding the first ``bytesReceived`` bytes. Requests owns it: resuming moves it to the destination
-    /// or removes it; call ``discard()`` to give up on it.
+    /// or removes it; call ``discard()`` to give up on it. A stored state is untrusted input: Requests resumes (or
+    /// discards) only a regular file of this user, not a link, named as Requests names them (`Requests-download-`
+    /// and a UUID), in the current temporary directory, with counts that make sense (``bytesReceived`` above zero,
+    /// ``expectedLength`` not below it). Any other state starts the download from zero and touches no file. A file
+    /// shorter than ``bytesReceived`` resumes from the bytes it still has.
     public let partialFile: URL
     /// Where the download was to go, if its request said.
     public let destination: URL?
@@ -52,9 +61,10 @@ public struct ResumeState: Codable, Sendable, Hashable {
         self.destination = destination
     }
 
-    /// Removes the partial file, for a download you will not resume.
+    /// Removes the partial file, for a download you will not resume. Only a file Requests made for a download is
+    /// removed (see ``partialFile``): a state edited to name another file or a folder removes nothing.
     public func discard() {
-        try? FileManager.default.removeItem(at: partialFile)
+        if let own = PartialFile(trusting: self) { try? FileManager.default.removeItem(at: own.file) }
     }
 }
 
@@ -105,6 +115,35 @@ public enum DownloadError: Error, Equatable, CustomStringConvertible {
         case let .rangeMismatch(contentRange, status):
             return "The server's \(status) answer (Content-Range \(contentRange.map { "'\($0)'" } ?? "missing")) does not continue the bytes already downloaded."
         }
+    }
+}
+
+extension PartialFile {
+    /// The prefix of the files Requests writes a download into, in the temporary directory, before a UUID.
+    static let namePrefix = "Requests-download-"
+
+    /// A fresh file for a download's body, of Requests' own naming.
+    static func freshFile() -> URL {
+        FileManager.default.temporaryDirectory.appendingPathComponent(namePrefix + UUID().uuidString)
+    }
+
+    /// The bytes `state` describes, if they may be continued; `nil` for a state that fails a check (see
+    /// ``ResumeState/partialFile``). Only the file's name is taken from the state, and only if it is one Requests
+    /// gives: the file is looked for in the current temporary directory, so no state can point elsewhere.
+    init?(trusting state: ResumeState) {
+        let name = state.partialFile.lastPathComponent
+        guard state.partialFile.isFileURL, state.bytesReceived > 0, (state.expectedLength ?? .max) >= state.bytesReceived,
+            name.hasPrefix(Self.namePrefix), UUID(uuidString: String(name.dropFirst(Self.namePrefix.count))) != nil
+        else { return nil }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent(name)
+        guard Self.isOwnRegularFile(file) else { return nil }
+        self.init(file: file, bytes: state.bytesReceived, validator: state.validator, expectedLength: state.expectedLength)
+    }
+
+    /// Whether `file` is a regular file (not a link, a folder or a device) of this process's user.
+    private static func isOwnRegularFile(_ file: URL) -> Bool {
+        var info = stat()
+        return lstat(file.path, &info) == 0 && info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG) && info.st_uid == getuid()
     }
 }
 

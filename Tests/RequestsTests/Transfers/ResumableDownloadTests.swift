@@ -458,6 +458,71 @@ final class ResumableDownloadTests: XCTestCase {
         assertNoLeftovers()
     }
 
+    // MARK: - A stored state is untrusted input
+
+    /// `kept` with other counts or another file, as an edited JSON file would give.
+    private func edited(_ kept: ResumeState, file: URL? = nil, bytes: Int64? = nil, expected: Int64?? = nil) -> ResumeState {
+        ResumeState(
+            url: kept.url, validator: kept.validator, bytesReceived: bytes ?? kept.bytesReceived, expectedLength: expected ?? kept.expectedLength,
+            partialFile: file ?? kept.partialFile, destination: kept.destination)
+    }
+
+    /// Downloads the default resource from `state` and checks that it started from zero (no `Range` sent) and
+    /// succeeded whole.
+    private func assertFreshStart(from state: ResumeState, file: StaticString = #filePath, line: UInt = #line) {
+        let (url, seen) = serve { _, _ in LoopbackResource(length: resourceLength) }
+        let destination = folder.appendingPathComponent("\(UUID().uuidString).bin")
+        let (result, _) = download(FileDownload(url: url, destination: destination), resumingFrom: state)
+        XCTAssertEqual(seen.ranges, [nil], "no range asked for", file: file, line: line)
+        assertContent(of: try? result.get(), file: file, line: line)
+    }
+
+    func testAStateNamingAnotherFileOrAFolderStartsAfreshAndTouchesNothing() throws {
+        let kept = try keptState(cutAt: 300_000)
+        defer { kept.discard() }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let victim = folder.appendingPathComponent("victim.txt")
+        try Data("precious".utf8).write(to: victim)
+        let victimFolder = folder.appendingPathComponent("victim-folder")
+        try FileManager.default.createDirectory(at: victimFolder, withIntermediateDirectories: true)
+        try Data("inside".utf8).write(to: victimFolder.appendingPathComponent("inside.txt"))
+
+        for target in [victim, victimFolder] {
+            assertFreshStart(from: edited(kept, file: target, bytes: 8))
+            edited(kept, file: target).discard()
+        }
+        XCTAssertEqual(FileManager.default.contents(atPath: victim.path), Data("precious".utf8))
+        XCTAssertEqual(FileManager.default.contents(atPath: victimFolder.appendingPathComponent("inside.txt").path), Data("inside".utf8))
+        XCTAssertEqual(FileSink.size(of: kept.partialFile), kept.bytesReceived, "the real partial file is untouched as well")
+    }
+
+    func testAStateWithCountsThatMakeNoSenseStartsAfreshWithoutTouchingItsFile() throws {
+        let kept = try keptState(cutAt: 300_000)
+        defer { kept.discard() }
+        let bad: [(Int64, Int64?)] = [(0, nil), (-5, nil), (10, 1), (10, .min), (.min, .min), (.max, 10)]
+        for (bytes, expected) in bad {
+            assertFreshStart(from: edited(kept, bytes: bytes, expected: .some(expected)))
+            XCTAssertEqual(FileSink.size(of: kept.partialFile), kept.bytesReceived, "bytes \(bytes), expected \(String(describing: expected)): file untouched")
+        }
+    }
+
+    func testAStateNamingALinkInTheTemporaryFolderLeavesItsTargetAlone() throws {
+        let kept = try keptState(cutAt: 300_000)
+        defer { kept.discard() }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let victim = folder.appendingPathComponent("victim.bin")
+        try Data(repeating: 7, count: 400_000).write(to: victim)
+        // Named exactly as Requests names its partial files.
+        let link = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: victim)
+        defer { try? FileManager.default.removeItem(at: link) }
+
+        assertFreshStart(from: edited(kept, file: link))
+        edited(kept, file: link).discard()
+        XCTAssertEqual(FileManager.default.contents(atPath: victim.path), Data(repeating: 7, count: 400_000))
+        XCTAssertNotNil(try? FileManager.default.destinationOfSymbolicLink(atPath: link.path), "the link is still there")
+    }
+
     /// A state for the first `cutAt` bytes of the default resource, from a download that failed there.
     private func keptState(cutAt offset: Int) throws -> ResumeState {
         let (url, _) = serve { _, _ in LoopbackResource(length: resourceLength, cutAfter: offset) }

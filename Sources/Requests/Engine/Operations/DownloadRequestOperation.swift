@@ -48,9 +48,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     func resume(from state: ResumeState?) {
         withLock {
             keepsPartialFile = true
-            partial = state.map {
-                PartialFile(file: $0.partialFile, bytes: $0.bytesReceived, validator: $0.validator, expectedLength: $0.expectedLength)
-            }
+            partial = state.flatMap(PartialFile.init(trusting:))
         }
     }
 
@@ -101,7 +99,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
         let resuming = withLock { run.statusRule.partialContinuesWhole ? partial : nil }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
+        let file = PartialFile.freshFile()
         let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)
         withLock { self.transfer = transfer }
         return TransferSession.task(on: session, handler: transfer) { $0.dataTask(with: urlRequest) }

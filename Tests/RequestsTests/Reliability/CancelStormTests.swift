@@ -102,6 +102,7 @@ final class TaskCancellationTests: XCTestCase {
         task.release.signal()
         task.finished.wait()
         XCTAssertEqual(task.calls, 1)
+        waitUntil("the first cancel has returned") { !TaskCancellation.isBusy(task) }
 
         // Once the first has returned, a cancel is made again (Linux ignores one that comes too early).
         TaskCancellation.cancel(task, after: 0)
@@ -123,10 +124,12 @@ final class TaskCancellationTests: XCTestCase {
         task.release.signal()
         task.finished.wait()
         XCTAssertEqual(task.calls, 1)
+        waitUntil("the cancel has returned") { !TaskCancellation.isBusy(task) }
 
         // A ruling without a cancel leaves nothing behind: the next cancel is made as usual.
         TaskCancellation.beginRedirectRuling(of: task)
         TaskCancellation.endRedirectRuling(of: task)
+        XCTAssertFalse(TaskCancellation.isBusy(task))
         TaskCancellation.cancel(task, after: 0)
         task.started.wait()
         task.release.signal()

@@ -38,6 +38,11 @@ enum TaskCancellation {
     /// How many cancels were dropped because one of the same task was in flight (for the tests).
     static var coveredCancels: Int { lock.withLock { covered } }
 
+    /// Whether anything is going on with `task`: a cancel in flight, a ruling (for the tests).
+    static func isBusy(_ task: any CancellableTask) -> Bool {
+        lock.withLock { states[ObjectIdentifier(task)] != nil }
+    }
+
     /// Cancels `task` from a global queue after `delay`, unless a cancel of it is in flight already.
     static func cancel(_ task: any CancellableTask, after delay: TimeInterval = delay) {
         let scheduled = update(task) { state in

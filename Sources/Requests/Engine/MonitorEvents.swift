@@ -12,6 +12,7 @@ enum MonitorEvent {
     case willAttemptAgain(RequestAttempt, ReattemptReason, delay: TimeInterval)
     case willRedirect(RequestAttempt, HTTPURLResponse, to: URLRequest)
     case cache(RequestAttempt, CacheEvent)
+    case notice(RequestAttempt, RequestNotice)
     case didFinish(RequestSummary, then: @Sendable () -> Void)
 
     /// What runs once the monitors have seen the event: the completion, after the finish.
@@ -36,6 +37,8 @@ enum MonitorEvent {
             monitor.requestWillRedirect(attempt, response: response, to: request)
         case let .cache(attempt, event):
             monitor.requestDidUseCache(attempt, event: event)
+        case let .notice(attempt, notice):
+            monitor.requestDidNotice(attempt, notice: notice)
         case let .didFinish(summary, _):
             monitor.requestDidFinish(summary)
         }

@@ -39,6 +39,10 @@ public protocol RequestEventMonitor: Sendable {
     /// The ``ResponseCache`` served, missed, revalidated or stored the attempt's response: a hit or a miss comes
     /// before the send (a hit instead of it), revalidated and stored before ``requestDidReceive(_:response:bodyBytes:duration:)``.
     func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent)
+    /// Requests refused or corrected something it was handed (by a server, a stored file or the caller) and went on
+    /// without it, as ``RequestNotice`` lists: the request itself does not fail for it. Comes before the send of the
+    /// attempt it concerns.
+    func requestDidNotice(_ attempt: RequestAttempt, notice: RequestNotice)
     /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
     /// once per request, last, before its completion handler runs; after a cancellation, on a global queue.
     func requestDidFinish(_ summary: RequestSummary)
@@ -65,6 +69,24 @@ extension RequestEventMonitor {
     public func requestDidFinish(_ summary: RequestSummary) {}
     /// Does nothing.
     public func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent) {}
+    /// Does nothing.
+    public func requestDidNotice(_ attempt: RequestAttempt, notice: RequestNotice) {}
+}
+
+/// Something Requests would not use as it was handed, and what it did instead. See the threat model in
+/// <doc:LimitsAndSecurity>.
+public enum RequestNotice: Sendable, Hashable {
+    /// A stored ``ResumeState`` failed a check (its file is not a partial file of this user that Requests made, or
+    /// its counts make no sense): the download starts from zero in a fresh file, and the named file was not touched.
+    case resumeStateRefused(reason: String)
+    /// A server-sent event `id` was not sent back as `Last-Event-ID`: it held control characters or was longer than
+    /// 1 KiB. The reconnection is sent without the header.
+    case lastEventIDDropped(length: Int)
+    /// The server's `retry:` asked for a reconnection delay below the floor: the floor applies.
+    case reconnectionDelayRaised(requested: TimeInterval, applied: TimeInterval)
+    /// The response was not stored in the ``ResponseCache``, for the reason given (for example, it was owed to a
+    /// credential Requests cannot see, or it arrived through a redirect).
+    case notStored(reason: String)
 }
 
 /// One attempt at sending a request.

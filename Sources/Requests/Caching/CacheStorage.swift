@@ -56,8 +56,13 @@ final class CacheStorage: @unchecked Sendable {
     private var diskBytes = 0
     /// Whether `disk` has been built from the directory listing yet.
     private var diskIndexLoaded = false
+    /// Whether the directory turned out not to be a private folder of this user (see `PrivateFolder`): the disk
+    /// layer then neither reads, writes nor removes anything in it.
+    private var directoryRefused = false
     /// The last stamp handed out; see ``DiskEntry/stamp``.
     private var lastStamp: UInt64 = 0
+    /// See ``partitionKey``; read or made on first use.
+    private var loadedPartitionKey: [UInt8]?
 
     /// A storage holding up to `memoryCapacity` bytes in memory and `diskCapacity` bytes in files in `directory`.
     ///
@@ -131,10 +136,13 @@ final class CacheStorage: @unchecked Sendable {
         let contents = Self.encode(data, key: key)
         // Loaded before the temporary file is written, so that the removal of a crash's leftovers, on first use,
         // can't take a file this process is writing.
-        lock.withLock { loadDiskIndexIfNeeded(in: directory) }
+        let refused = lock.withLock {
+            loadDiskIndexIfNeeded(in: directory)
+            return directoryRefused
+        }
 
         // A file larger than the whole disk capacity would only evict everything and then itself.
-        let written = contents.count <= diskCapacity ? writeTemporaryFile(contents, in: directory) : nil
+        let written = contents.count <= diskCapacity && !refused ? writeTemporaryFile(contents, in: directory) : nil
 
         lock.lock()
         defer { lock.unlock() }
@@ -164,6 +172,7 @@ final class CacheStorage: @unchecked Sendable {
         removeFromMemory(key)
         guard let directory else { return }
         loadDiskIndexIfNeeded(in: directory)
+        guard !directoryRefused else { return }
         let fileName = Self.fileName(forKey: key)
         // Removed even when the index doesn't know it: it may have been written by another process since.
         if disk[fileName] == nil {
@@ -186,6 +195,7 @@ final class CacheStorage: @unchecked Sendable {
         guard let directory else { return }
         // Loaded first so that a crash's temporary files go too, as on any first use.
         loadDiskIndexIfNeeded(in: directory)
+        guard !directoryRefused else { return }
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
         for name in names where Self.isEntryFileName(name) {
             Self.removeFile(directory.appendingPathComponent(name, isDirectory: false))
@@ -252,6 +262,13 @@ final class CacheStorage: @unchecked Sendable {
         disk.removeAll()
         diskOrder.removeAll()
         diskBytes = 0
+        // Made private here if missing; a folder that is not this user's (or a link) is never used.
+        do {
+            try PrivateFolder.ensure(directory)
+        } catch PrivateFileError.notOurs {
+            directoryRefused = true
+            return
+        } catch {}
 
         let keys: [URLResourceKey] = [.isRegularFileKey, .fileSizeKey, .contentModificationDateKey]
         let urls =
@@ -303,6 +320,29 @@ final class CacheStorage: @unchecked Sendable {
         diskOrder.remove(fileName)
     }
 
+    /// The key of the response cache's digests: 32 random bytes, kept in the directory's `partition-key` file (mode
+    /// 0600, a regular file of this user) so that entries written by an earlier run still match; in memory only when
+    /// there is no directory or that file cannot be used (entries on disk then never match, and are replaced).
+    var partitionKey: [UInt8] {
+        lock.withLock {
+            if let loadedPartitionKey { return loadedPartitionKey }
+            let key = directory.flatMap(Self.readOrMakePartitionKey) ?? (0..<32).map { _ in UInt8.random(in: .min ... .max) }
+            loadedPartitionKey = key
+            return key
+        }
+    }
+
+    private static func readOrMakePartitionKey(in directory: URL) -> [UInt8]? {
+        let url = directory.appendingPathComponent("partition-key", isDirectory: false)
+        if let key = try? PrivateFile.read(url, expectedSize: 32) { return key }
+        let key = (0..<32).map { _ in UInt8.random(in: .min ... .max) }
+        guard (try? PrivateFolder.ensure(directory)) != nil, (try? PrivateFile.write(key, to: url)) != nil else {
+            // Another process may have made it meanwhile.
+            return try? PrivateFile.read(url, expectedSize: 32)
+        }
+        return key
+    }
+
     // MARK: - Files (no lock needed)
 
     /// What ``writeTemporaryFile(_:in:)`` made.
@@ -319,7 +359,7 @@ final class CacheStorage: @unchecked Sendable {
     /// again as soon as it can be made.
     private func writeTemporaryFile(_ contents: Data, in directory: URL) -> TemporaryFile? {
         let url = directory.appendingPathComponent(Self.temporaryPrefix + UUID().uuidString, isDirectory: false)
-        if (try? contents.write(to: url)) != nil {
+        if (try? PrivateFile.write(contents, to: url)) != nil {
             return TemporaryFile(url: url, directoryWasMissing: false)
         }
         var isDirectory: ObjCBool = false
@@ -329,12 +369,11 @@ final class CacheStorage: @unchecked Sendable {
             Self.removeFile(url)
             return nil
         }
-        guard (try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)) != nil
-        else {
+        guard (try? PrivateFolder.ensure(directory)) != nil else {
             // Still reported as missing, so the index drops the files that went with the directory.
             return TemporaryFile(url: nil, directoryWasMissing: true)
         }
-        guard (try? contents.write(to: url)) != nil else {
+        guard (try? PrivateFile.write(contents, to: url)) != nil else {
             Self.removeFile(url)
             return TemporaryFile(url: nil, directoryWasMissing: true)
         }

@@ -55,56 +55,90 @@ public final class ResponseCache: @unchecked Sendable {
 
     /// Removes what is stored for `request`'s URL, for `GET` and `HEAD`.
     public func removeResponses(for url: URL) {
+        guard let url = CacheableRequest.bare(url) else { return }
         ["GET", "HEAD"].forEach { storage.removeData(forKey: Self.key(method: $0, url: url)) }
     }
 
     // MARK: - For the operation
 
+    /// The name of the pseudo-header, among an entry's `Vary` values, that holds the digest of the credential its
+    /// request carried ("" for none): it never matches a header a request can send.
+    static let credentialPartition = ":credential"
+
+    /// One entry per method and URL (without user info): no secret is ever part of a key.
     static func key(method: String, url: URL) -> String {
         "\(method) \(url.absoluteString)"
     }
 
-    /// The stored response for `request`, if its `Vary` values match.
-    func entry(for request: URLRequest) -> CachedResponse? {
-        guard let url = request.url, let method = Self.cacheableMethod(request),
-            let data = storage.data(forKey: Self.key(method: method, url: url)),
-            let entry = CachedResponse(serialized: data)
-        else { return nil }
-        return entry.matchesVary(of: request) ? entry : nil
+    /// The keyed digest of a request value: what entries hold of `Vary` values and credentials, so that no header
+    /// value is written to disk and none can be guessed from the files without the cache's key.
+    func digest(_ value: String) -> String {
+        value.isEmpty ? "" : SHA256.hexHMAC(key: storage.partitionKey, message: Data(value.utf8))
     }
 
-    /// Stores `response` to `request` if the rules allow it; returns whether it did.
-    @discardableResult
-    func store(_ body: Data, response: HTTPURLResponse, for request: URLRequest, requestTime: Date, responseTime: Date) -> Bool {
-        guard let url = request.url, let method = Self.cacheableMethod(request), body.count <= maximumEntrySize,
-            let entry = CachedResponse(body: body, response: response, request: request, requestTime: requestTime, responseTime: responseTime),
-            entry.isStorable(for: request)
-        else { return false }
-        storage.setData(entry.serialized(), forKey: Self.key(method: method, url: url))
-        return true
+    /// What an entry stored for `request` must hold to answer it: the digest of each header its `Vary` names
+    /// (`Cookie` too when the response set cookies), and of the request's credential.
+    func partition(of request: CacheableRequest, varyNames: [String]) -> [String: String] {
+        var values = [Self.credentialPartition: digest(request.credential)]
+        for name in varyNames where name != "*" && name != Self.credentialPartition {
+            values[name] = digest(request.sentValue(name) ?? "")
+        }
+        return values
+    }
+
+    /// The stored response for `request`, if it was stored for the same credential and `Vary` values.
+    func entry(for request: CacheableRequest) -> CachedResponse? {
+        guard let data = storage.data(forKey: Self.key(method: request.method, url: request.url)),
+            let entry = CachedResponse(serialized: data), entry.varyValues[Self.credentialPartition] != nil,
+            partition(of: request, varyNames: Array(entry.varyValues.keys)) == entry.varyValues
+        else { return nil }
+        return entry
+    }
+
+    /// What ``store(_:response:for:requestTime:responseTime:)`` did.
+    enum StoreOutcome: Equatable {
+        case stored
+        /// The rules of RFC 9111 or the size limit keep it out.
+        case notStorable
+        /// Storable by RFC 9111, but not safely: monitors are told why.
+        case refused(String)
+    }
+
+    /// Stores `response` to `request` if the rules allow it, and if no `refusal` (the stage's reason not to) or
+    /// credential the transport may add stands in the way. `maximumEntrySize` bounds the entry as stored, headers
+    /// included.
+    func store(
+        _ body: Data, response: HTTPURLResponse, for request: CacheableRequest, requestTime: Date, responseTime: Date, refusing refusal: String?
+    ) -> StoreOutcome {
+        var entry = CachedResponse(body: body, response: response, url: request.url, requestTime: requestTime, responseTime: responseTime)
+        guard body.count <= maximumEntrySize, entry.isStorable(for: request.request) else { return .notStorable }
+        if let refusal { return .refused(refusal) }
+        if request.transportMayAddCredential {
+            return .refused("the session's credential storage holds a credential for this host, which the transport may send unseen")
+        }
+        entry.varyValues = partition(of: request, varyNames: entry.varyNames)
+        let serialized = entry.serialized()
+        guard serialized.count <= maximumEntrySize else { return .notStorable }
+        storage.setData(serialized, forKey: Self.key(method: request.method, url: request.url))
+        return .stored
     }
 
     /// Replaces the stored entry for `request` (after a `304` refreshed its headers).
-    func replace(_ entry: CachedResponse, for request: URLRequest) {
-        guard let url = request.url, let method = Self.cacheableMethod(request) else { return }
-        storage.setData(entry.serialized(), forKey: Self.key(method: method, url: url))
+    func replace(_ entry: CachedResponse, for request: CacheableRequest) {
+        storage.setData(entry.serialized(), forKey: Self.key(method: request.method, url: request.url))
     }
 
-    func remove(for request: URLRequest) {
-        guard let url = request.url, let method = Self.cacheableMethod(request) else { return }
-        storage.removeData(forKey: Self.key(method: method, url: url))
+    func remove(for request: CacheableRequest) {
+        storage.removeData(forKey: Self.key(method: request.method, url: request.url))
     }
 
     /// After a successful unsafe request, what is stored for its URL is out of date (RFC 9111 §4.4).
     func invalidate(after request: URLRequest, status: Int) {
         let method = (request.httpMethod ?? "GET").uppercased()
-        guard ["POST", "PUT", "PATCH", "DELETE"].contains(method), (200..<400).contains(status), let url = request.url else { return }
+        guard ["POST", "PUT", "PATCH", "DELETE"].contains(method), (200..<400).contains(status),
+            let url = request.url.flatMap(CacheableRequest.bare)
+        else { return }
         removeResponses(for: url)
-    }
-
-    private static func cacheableMethod(_ request: URLRequest) -> String? {
-        let method = (request.httpMethod ?? "GET").uppercased()
-        return method == "GET" || method == "HEAD" ? method : nil
     }
 }
 
@@ -151,200 +185,3 @@ public enum ResponseCacheError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// A stored response, with what freshness needs: when it was requested and received.
-struct CachedResponse: Codable, Equatable {
-    var url: URL
-    var status: Int
-    /// Header names as received.
-    var headers: [String: String]
-    /// Left out of the JSON head (see `CodingKeys`): the serialized form holds it after the head.
-    var body = Data()
-    var requestTime: Date
-    var responseTime: Date
-    /// The request's values for the headers `Vary` names, by lowercased name ("" when absent).
-    var varyValues: [String: String]
-    /// `Date` and `Expires`, parsed once when stored (an invalid `Expires` is the distant past: already expired).
-    var date: Date?
-    var expires: Date?
-
-    init?(body: Data, response: HTTPURLResponse, request: URLRequest, requestTime: Date, responseTime: Date) {
-        guard let url = response.url ?? request.url else { return nil }
-        var headers: [String: String] = [:]
-        for (name, value) in response.allHeaderFields {
-            if let name = name as? String, let value = value as? String { headers[name] = value }
-        }
-        self.url = url
-        status = response.statusCode
-        self.headers = headers
-        self.body = body
-        self.requestTime = requestTime
-        self.responseTime = responseTime
-        varyValues = [:]
-        for name in Self.varyNames(headers) where name != "*" {
-            varyValues[name] = request.value(forHTTPHeaderField: name) ?? ""
-        }
-        parseDates()
-    }
-
-    /// Parses `Date` and `Expires` once: a DateFormatter costs tens of microseconds, too much for every hit.
-    private mutating func parseDates() {
-        date = header("Date").flatMap(HTTPDate.parse)
-        expires = header("Expires").map { HTTPDate.parse($0) ?? .distantPast }
-    }
-
-    func header(_ name: String) -> String? {
-        headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
-    }
-
-    var cacheControl: [String: String] {
-        CacheControl.parse(header("Cache-Control"))
-    }
-
-    static func varyNames(_ headers: [String: String]) -> [String] {
-        let vary = headers.first { $0.key.caseInsensitiveCompare("Vary") == .orderedSame }?.value ?? ""
-        return vary.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
-    }
-
-    func matchesVary(of request: URLRequest) -> Bool {
-        varyValues.allSatisfy { name, value in (request.value(forHTTPHeaderField: name) ?? "") == value }
-    }
-
-    /// RFC 9111 §3, for a private cache.
-    func isStorable(for request: URLRequest) -> Bool {
-        let storableStatus: Set<Int> = [200, 203, 204, 300, 301, 404, 405, 410, 414]
-        let response = cacheControl
-        let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
-        guard storableStatus.contains(status), response["no-store"] == nil, requestDirectives["no-store"] == nil,
-            !Self.varyNames(headers).contains("*")
-        else { return false }
-        if request.value(forHTTPHeaderField: "Authorization") != nil,
-            response["public"] == nil, response["s-maxage"] == nil, response["must-revalidate"] == nil
-        {
-            return false
-        }
-        return freshnessLifetime != nil || header("ETag") != nil || header("Last-Modified") != nil
-    }
-
-    /// `max-age`, else `Expires` minus `Date`; `nil` when the response gives neither (no heuristic freshness).
-    var freshnessLifetime: TimeInterval? {
-        if let maxAge = cacheControl["max-age"] {
-            return TimeInterval(maxAge).map { max(0, $0) } ?? 0
-        }
-        // An invalid Expires, such as "0", means already expired (parsed as the distant past).
-        guard let expires else { return nil }
-        return max(0, expires.timeIntervalSince(date ?? responseTime))
-    }
-
-    /// RFC 9111 §4.2.3.
-    func currentAge(now: Date) -> TimeInterval {
-        let ageValue = header("Age").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }.map { max(0, $0) } ?? 0
-        let dateValue = date ?? responseTime
-        let apparentAge = max(0, responseTime.timeIntervalSince(dateValue))
-        let correctedAgeValue = ageValue + max(0, responseTime.timeIntervalSince(requestTime))
-        return max(apparentAge, correctedAgeValue) + max(0, now.timeIntervalSince(responseTime))
-    }
-
-    /// Whether it may be served without revalidation to `request`: fresh, or stale within what the request's
-    /// `max-stale` accepts, and within its `max-age` and `min-fresh` (RFC 9111 §5.2.1). A response without a
-    /// freshness lifetime counts as stale from the start.
-    func isFresh(for request: URLRequest, now: Date) -> Bool {
-        let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
-        guard cacheControl["no-cache"] == nil, requestDirectives["no-cache"] == nil,
-            request.value(forHTTPHeaderField: "Pragma")?.lowercased().contains("no-cache") != true
-        else { return false }
-        let age = currentAge(now: now)
-        let lifetime = freshnessLifetime ?? 0
-        // A directive whose value is not a number asks for nothing the cache can grant: it sends the request on.
-        if let maxAge = requestDirectives["max-age"], !(TimeInterval(maxAge).map { age <= $0 } ?? false) { return false }
-        if let minFresh = requestDirectives["min-fresh"], !(TimeInterval(minFresh).map { lifetime - age >= $0 } ?? false) { return false }
-        if lifetime > age { return true }
-        // `max-stale` without a value accepts any staleness; never for a response that must be revalidated.
-        guard let maxStale = requestDirectives["max-stale"], mayServeWithoutNetwork else { return false }
-        return maxStale.isEmpty || (TimeInterval(maxStale).map { age - lifetime <= $0 } ?? false)
-    }
-
-    /// Whether ``CacheUse/onlyIfCached`` may serve it even stale: not when it must be revalidated first
-    /// (`no-cache`, `must-revalidate`, RFC 9111 §5.2.2.2, §5.2.2.4).
-    var mayServeWithoutNetwork: Bool {
-        let directives = cacheControl
-        return directives["no-cache"] == nil && directives["must-revalidate"] == nil
-    }
-
-    /// `request` with this response's validators, unless it carries conditions of its own.
-    func conditional(_ request: URLRequest) -> URLRequest? {
-        guard request.value(forHTTPHeaderField: "If-None-Match") == nil, request.value(forHTTPHeaderField: "If-Modified-Since") == nil else {
-            return nil
-        }
-        let etag = header("ETag")
-        let lastModified = header("Last-Modified")
-        guard etag != nil || lastModified != nil else { return nil }
-        var request = request
-        if let etag { request.setValue(etag, forHTTPHeaderField: "If-None-Match") }
-        if let lastModified { request.setValue(lastModified, forHTTPHeaderField: "If-Modified-Since") }
-        return request
-    }
-
-    /// This entry with the headers of a `304` (RFC 9111 §3.2: all but the framing ones), at the new times.
-    func refreshed(by notModified: HTTPURLResponse, requestTime: Date, responseTime: Date) -> CachedResponse {
-        var entry = self
-        let framing: Set<String> = ["content-length", "content-encoding", "transfer-encoding", "content-range", "connection", "keep-alive"]
-        for (name, value) in notModified.allHeaderFields {
-            guard let name = name as? String, let value = value as? String, !framing.contains(name.lowercased()) else { continue }
-            if let existing = entry.headers.keys.first(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
-                entry.headers[existing] = nil
-            }
-            entry.headers[name] = value
-        }
-        entry.requestTime = requestTime
-        entry.responseTime = responseTime
-        entry.parseDates()
-        return entry
-    }
-
-    /// The response to hand to the status check and `processResponse`.
-    func httpResponse() -> HTTPURLResponse? {
-        HTTPURLResponse(url: url, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)
-    }
-
-    // MARK: - Serialized form: the JSON of everything but the body, its length, then the body as is.
-
-    private enum CodingKeys: String, CodingKey {
-        case url, status, headers, requestTime, responseTime, varyValues, date, expires
-    }
-
-    func serialized() -> Data {
-        let json = (try? JSONEncoder().encode(self)) ?? Data()
-        var data = Data()
-        var length = UInt32(json.count).bigEndian
-        withUnsafeBytes(of: &length) { data.append(contentsOf: $0) }
-        data.append(json)
-        data.append(body)
-        return data
-    }
-
-    init?(serialized data: Data) {
-        guard data.count >= 4 else { return nil }
-        let length = data.prefix(4).reduce(0) { $0 << 8 | Int($1) }
-        let start = data.startIndex + 4
-        guard length > 0, data.count - 4 >= length,
-            let head = try? JSONDecoder().decode(CachedResponse.self, from: data[start..<(start + length)])
-        else { return nil }
-        self = head
-        body = Data(data[(start + length)...])
-    }
-}
-
-/// `Cache-Control` directives, by lowercased name; a directive without a value maps to "".
-enum CacheControl {
-    static func parse(_ value: String?) -> [String: String] {
-        guard let value else { return [:] }
-        var directives: [String: String] = [:]
-        for part in value.split(separator: ",") {
-            let pieces = part.split(separator: "=", maxSplits: 1)
-            guard let name = pieces.first?.trimmingCharacters(in: .whitespaces).lowercased(), !name.isEmpty else { continue }
-            let argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : ""
-            directives[name] = argument
-        }
-        return directives
-    }
-}

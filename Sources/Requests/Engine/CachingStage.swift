@@ -6,6 +6,8 @@ import Foundation
 /// What the cache knows about an attempt sent to the network: the entry whose validators it carries, if any.
 struct CachedAttempt {
     let cache: ResponseCache
+    /// The request as the cache judges it; `nil` for a method whose responses are never stored.
+    let request: CacheableRequest?
     let entry: CachedResponse?
     let requestTime: Date
 }
@@ -41,7 +43,8 @@ extension NetworkRequestOperation {
         let use: CacheUse = reloads ? .reload : requested
         guard use != .bypass else { return .send(urlRequest, cached: nil) }
         let now = Date()
-        let entry = use == .reload ? nil : cache.entry(for: urlRequest)
+        let cacheable = CacheableRequest(urlRequest, session: session)
+        let entry = use == .reload ? nil : cacheable.flatMap(cache.entry(for:))
         if let entry, (use == .onlyIfCached && entry.mayServeWithoutNetwork) || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
             return .serve(entry)
         }
@@ -49,7 +52,8 @@ extension NetworkRequestOperation {
             return .fail(ResponseCacheError.notCached(urlRequest.url))
         }
         let conditional = entry?.conditional(urlRequest)
-        return .send(conditional ?? urlRequest, cached: CachedAttempt(cache: cache, entry: conditional == nil ? nil : entry, requestTime: now))
+        return .send(
+            conditional ?? urlRequest, cached: CachedAttempt(cache: cache, request: cacheable, entry: conditional == nil ? nil : entry, requestTime: now))
     }
 
     /// Follows the plan, once the final check passed: serves, fails, or sends.
@@ -87,31 +91,49 @@ extension NetworkRequestOperation {
         receive(body: .data(entry.body), response: response, error: nil)
     }
 
+    /// What the network answered, through the cache: a `304` for the stored entry is answered with it; a storable
+    /// response is stored. A response that came through a redirect, or owes something to a credential the transport
+    /// supplied, neither refreshes nor is stored: it is not the answer of the request the entry is kept for.
     func receiveThroughCache(_ cached: CachedAttempt, body: ResponseBody, response: URLResponse?, error: Error?) {
-        let sent = withLock { run.sentRequest }
+        let (sent, redirects, answeredChallenge) = withLock { (run.sentRequest, run.metrics?.redirectCount ?? 0, run.answeredChallenge) }
         guard error == nil, let sent, let http = response as? HTTPURLResponse, case let .data(data) = body else {
             finishAttempt(body: body, response: response, error: error)
             return
         }
         let now = Date()
         let attempt = withLock { currentAttempt(sending: sent) }
+        cached.cache.invalidate(after: sent, status: http.statusCode)
+        guard let request = cached.request else {
+            finishAttempt(body: body, response: response, error: error)
+            return
+        }
+        let refusal =
+            redirects > 0 ? "it arrived through a redirect, from another URL than the one requested"
+            : answeredChallenge ? "the transport answered an authentication challenge with a credential the request did not show" : nil
         if http.statusCode == 304, let entry = cached.entry {
             let newTag = http.value(forHTTPHeaderField: "ETag")
-            if let newTag, let storedTag = entry.header("ETag"), newTag != storedTag, hasReattemptsLeft(.cacheReload) {
-                // RFC 9111 §4.3.4: a 304 for another representation cannot freshen this one. Fetch it whole.
-                cached.cache.remove(for: sent)
+            let otherRepresentation = newTag != nil && entry.header("ETag").map { $0 != newTag } == true
+            // RFC 9111 §4.3.4: a 304 for another representation (or from elsewhere) cannot freshen this one.
+            if refusal != nil || otherRepresentation, hasReattemptsLeft(.cacheReload) {
+                cached.cache.remove(for: request)
                 attemptAgain(.cacheReload, after: 0, failed: attempt)
                 return
             }
+            if refusal != nil {
+                cached.cache.remove(for: request)
+                finishAttempt(body: body, response: response, error: error)
+                return
+            }
             let refreshed = entry.refreshed(by: http, requestTime: cached.requestTime, responseTime: now)
-            cached.cache.replace(refreshed, for: sent)
+            cached.cache.replace(refreshed, for: request)
             emit(.cache(attempt, .revalidated))
             finishAttempt(body: .data(refreshed.body), response: refreshed.httpResponse() ?? http, error: nil)
             return
         }
-        cached.cache.invalidate(after: sent, status: http.statusCode)
-        if cached.cache.store(data, response: http, for: sent, requestTime: cached.requestTime, responseTime: now) {
-            emit(.cache(attempt, .stored))
+        switch cached.cache.store(data, response: http, for: request, requestTime: cached.requestTime, responseTime: now, refusing: refusal) {
+        case .stored: emit(.cache(attempt, .stored))
+        case let .refused(reason): emit(.notice(attempt, .notStored(reason: reason)))
+        case .notStorable: break
         }
         finishAttempt(body: body, response: response, error: error)
     }

@@ -184,7 +184,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                 run.sentRequest = urlRequest
                 run.credential = credential
                 run.attemptsSent += 1
-                run.metrics = nil
+                (run.metrics, run.answeredChallenge) = (nil, false)
                 return (currentAttempt(sending: urlRequest), run.taskObserver, TransferRules(policies))
             })
         else { return }
@@ -213,8 +213,8 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         }
     }
 
-    func measured(_ metrics: TransferMetrics) {
-        _ = ifNotCompleted { run.metrics = metrics }
+    func measured(_ metrics: TransferMetrics, answeredChallenge: Bool) {
+        _ = ifNotCompleted { (run.metrics, run.answeredChallenge) = (metrics, answeredChallenge) }
     }
 
     /// Reports progress: `completed` of `expected` bytes (`expected` ≤ 0 when unknown).

@@ -39,6 +39,8 @@ final class RunState {
     var bodyBytes = 0
     /// The current attempt's transfer, once it has ended.
     var metrics: TransferMetrics?
+    /// Whether the transport answered an authentication challenge in the current attempt.
+    var answeredChallenge = false
     var startTime: DispatchTime?
     /// Monitor events not yet delivered, and whether a thread is delivering them, so that they arrive in order.
     var pendingEvents: [MonitorEvent] = []
@@ -70,7 +72,8 @@ func secondsSince(_ start: DispatchTime) -> TimeInterval {
 protocol AttemptCallbacks: AnyObject, Sendable {
     func receive(body: ResponseBody, response: URLResponse?, error: Error?)
     /// What the transport measured of the attempt whose outcome comes next, with ``receive(body:response:error:)``.
-    func measured(_ metrics: TransferMetrics)
+    /// `answeredChallenge`: the transport answered an authentication challenge with a credential.
+    func measured(_ metrics: TransferMetrics, answeredChallenge: Bool)
     func transferred(completed: Int64, expected: Int64)
     func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int)
     func authorized(_ urlRequest: URLRequest, with credential: Result<TokenAuthenticator.Credential, Error>, step: Int)

@@ -110,6 +110,27 @@ struct SHA256 {
         return hex(hasher.finalize())
     }
 
+    /// HMAC-SHA-256 (RFC 2104) of `message` under `key`, as 64 lowercase hexadecimal digits: a digest of a secret
+    /// that cannot be recomputed, or guessed at, without the key.
+    static func hexHMAC(key: [UInt8], message: Data) -> String {
+        var block = key.count > 64 ? Array(SHA256.digest(Data(key))) : key
+        block += [UInt8](repeating: 0, count: 64 - block.count)
+        var inner = SHA256()
+        inner.update(Data(block.map { $0 ^ 0x36 }))
+        inner.update(message)
+        var outer = SHA256()
+        outer.update(Data(block.map { $0 ^ 0x5c }))
+        outer.update(Data(inner.finalize()))
+        return hex(outer.finalize())
+    }
+
+    /// The SHA-256 of `data`.
+    static func digest(_ data: Data) -> [UInt8] {
+        var hasher = SHA256()
+        hasher.update(data)
+        return hasher.finalize()
+    }
+
     /// The SHA-256 of the file at `url`, as 64 lowercase hexadecimal digits.
     ///
     /// Reads 1 MiB at a time, so memory stays flat however large the file is. Throws Foundation's error when the

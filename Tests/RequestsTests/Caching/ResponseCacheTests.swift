@@ -128,7 +128,7 @@ final class ResponseCacheTests: XCTestCase {
             XCTAssertEqual(seen.all.last?.headers["if-none-match"], headers["ETag"])
             XCTAssertEqual(seen.all.last?.headers["if-modified-since"], headers["Last-Modified"])
             XCTAssertEqual(events.events, [.miss(revalidating: true), .revalidated])
-            let refreshed = cache.entry(for: URLRequest(url: url))
+            let refreshed = CacheableRequest(URLRequest(url: url), session: testSession).flatMap(cache.entry(for:))
             XCTAssertEqual(refreshed?.header("X-Refreshed"), "yes", "the 304's headers are stored")
         }
     }
@@ -138,7 +138,6 @@ final class ResponseCacheTests: XCTestCase {
             ("no-store in the response", ["Cache-Control": "no-store, max-age=60"], [:], 200),
             ("no-store in the request", ["Cache-Control": "max-age=60"], ["Cache-Control": "no-store"], 200),
             ("Vary: *", ["Cache-Control": "max-age=60", "Vary": "*"], [:], 200),
-            ("Authorization without public", ["Cache-Control": "max-age=60"], ["Authorization": "Bearer x"], 200),
             ("a 500", ["Cache-Control": "max-age=60"], [:], 500),
             ("no freshness and no validator", [:], [:], 200),
         ]

@@ -40,6 +40,8 @@ class TransferSink: @unchecked Sendable {
     private var failureAtCompletion: Error?
     /// The 401 or 407 whose challenge had no answer (see `TransferSession`): the attempt ends with it, bodiless.
     private var unansweredChallenge: HTTPURLResponse?
+    /// Whether the transport answered an authentication challenge with a credential the request did not carry.
+    private var answeredChallenge = false
     /// The body kept in memory (a data request's, or a stream's error body; a file sink keeps none). Guarded by `lock`.
     var bufferedBody = Data()
     /// Bytes sent and received so far, and at the start of the current speed window.
@@ -169,6 +171,12 @@ class TransferSink: @unchecked Sendable {
         lock.withLock { unansweredChallenge = response }
     }
 
+    /// Records that the transport answered an authentication challenge with a credential: the response then owes
+    /// something to a credential the request's headers do not show (the response cache does not store it).
+    final func challengeWasAnswered() {
+        lock.withLock { answeredChallenge = true }
+    }
+
     /// Ends the attempt with `error` at once, and cancels the task.
     final func stop(with error: Error) {
         stop(delivering: .data(Data()), error: error)
@@ -263,13 +271,13 @@ class TransferSink: @unchecked Sendable {
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
         let callbacks = self.callbacks
-        let metrics = lock.withLock { self.metrics }
+        let (metrics, answeredChallenge) = lock.withLock { (self.metrics, self.answeredChallenge) }
         DispatchQueue.global().async {
             guard let callbacks else {
                 body.discard()
                 return
             }
-            callbacks.measured(metrics)
+            callbacks.measured(metrics, answeredChallenge: answeredChallenge)
             callbacks.receive(body: body, response: response, error: error)
         }
     }

@@ -193,8 +193,10 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let isHTTPAuthentication = Self.httpAuthenticationMethods.contains(challenge.protectionSpace.authenticationMethod)
         let answer: @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void = { disposition, credential in
             if !isHTTPAuthentication || disposition == .cancelAuthenticationChallenge {
+                if disposition == .useCredential, credential != nil { transfer?.challengeWasAnswered() }
                 completionHandler(disposition, credential)
             } else if let credential = disposition == .useCredential ? credential : Self.defaultCredential(for: challenge, in: storage) {
+                transfer?.challengeWasAnswered()
                 completionHandler(.useCredential, credential)
             } else {
                 if let response = challenge.failureResponse as? HTTPURLResponse { transfer?.challengeWentUnanswered(response) }

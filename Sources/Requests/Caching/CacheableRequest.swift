@@ -1,0 +1,80 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// A request as the ``ResponseCache`` must judge it: by the headers actually sent (the request's, then the session's
+/// additional headers and its cookies), by the credential it carries, and by whether the transport may add one the
+/// cache cannot see. Every cache decision that depends on the request reads it from here.
+struct CacheableRequest {
+    /// The request as the operation sends it.
+    let request: URLRequest
+    /// `GET` or `HEAD`: the only methods whose responses are stored.
+    let method: String
+    /// The URL without user info or fragment: what the entry is stored under, and written to disk.
+    let url: URL
+    /// The session's `httpAdditionalHeaders`, which the request's own headers override.
+    private let sessionHeaders: [AnyHashable: Any]
+    /// The cookie store's cookies for the URL, as a `Cookie` header, read when the request is planned: the answer
+    /// may set cookies before the entry is stored, and the entry is for the cookies that were sent.
+    private let storedCookies: String?
+    /// The session's credential storage, which the transport may answer a challenge from (and, on Apple platforms,
+    /// send a credential from unasked).
+    private let credentialStorage: URLCredentialStorage?
+
+    /// The view of `request` sent on `session`; `nil` when its method or URL is never cached.
+    init?(_ request: URLRequest, session: URLSession?) {
+        let method = (request.httpMethod ?? "GET").uppercased()
+        guard method == "GET" || method == "HEAD", let url = request.url, let bare = Self.bare(url) else { return nil }
+        self.request = request
+        self.method = method
+        self.url = bare
+        let configuration = session?.configuration
+        sessionHeaders = configuration?.httpAdditionalHeaders ?? [:]
+        let sendsCookies = request.httpShouldHandleCookies && configuration?.httpShouldSetCookies == true
+        let cookies = sendsCookies ? configuration?.httpCookieStorage?.cookies(for: url) ?? [] : []
+        storedCookies = cookies.isEmpty ? nil : HTTPCookie.requestHeaderFields(with: cookies)["Cookie"]
+        credentialStorage = configuration?.urlCredentialStorage
+    }
+
+    /// `url` without user info and fragment; `nil` if it has no host-based form.
+    static func bare(_ url: URL) -> URL? {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
+        components.user = nil
+        components.password = nil
+        components.fragment = nil
+        return components.url
+    }
+
+    /// The value of header `name` as the request goes out: the request's own, else the session's; for `Cookie`,
+    /// with the cookie storage's cookies for the URL added.
+    func sentValue(_ name: String) -> String? {
+        let own = request.value(forHTTPHeaderField: name)
+            ?? sessionHeaders.first { ($0.key as? String)?.caseInsensitiveCompare(name) == .orderedSame }?.value as? String
+        guard let storedCookies, name.caseInsensitiveCompare("Cookie") == .orderedSame else { return own }
+        return own.map { "\($0); \(storedCookies)" } ?? storedCookies
+    }
+
+    /// What identifies the request's sender to the server, or "" for none: the credential headers as sent and
+    /// the URL's user info. Only its keyed digest is kept (see ``ResponseCache``).
+    var credential: String {
+        var parts: [String] = []
+        for name in ["Authorization", "Proxy-Authorization"] {
+            if let value = sentValue(name) { parts.append("\(name.lowercased()): \(value)") }
+        }
+        if let original = request.url, original.user != nil || original.password != nil {
+            parts.append("userinfo: \(original.user ?? ""):\(original.password ?? "")")
+        }
+        return parts.joined(separator: "\n")
+    }
+
+    /// Whether the session's credential storage holds a credential for the URL's host and port: the transport may
+    /// then send one the cache never sees, so what comes back is not stored.
+    var transportMayAddCredential: Bool {
+        guard let credentialStorage, let host = url.host?.lowercased() else { return false }
+        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+        return credentialStorage.allCredentials.contains { space, credentials in
+            !credentials.isEmpty && space.host.lowercased() == host && (space.port == port || space.port == 0)
+        }
+    }
+}

@@ -4,7 +4,8 @@ import FoundationNetworking
 import Foundation
 
 /// The errors Requests itself produces. Transport errors (`URLError`), errors thrown by `processData`
-/// and errors passed to `makeURLRequest`'s completion are delivered unchanged.
+/// and errors passed to `makeURLRequest`'s completion are delivered unchanged, except `URLError.cancelled`
+/// (``cancelled``) and `URLError.httpTooManyRedirects` (``RedirectError/tooManyRedirects(limit:)``).
 public enum RequestQueueError: Error, CustomStringConvertible {
     /// The response had no body where one is required (for example a ``DecodableRequest`` answered with 204).
     case didNotReceiveData
@@ -24,7 +25,9 @@ public enum RequestQueueError: Error, CustomStringConvertible {
     /// An operation this one was built from (see `addRequest(after:)`) failed or was cancelled, so this
     /// request was never sent. Carries that operation's error.
     case dependencyFailed(Error)
-    /// The API was used in a way that cannot work; the message says how.
+    /// The API was used in a way that cannot work; the message says how (for example a
+    /// ``RedirectPolicy/maximumRedirects`` outside 0 through ``RedirectPolicy/maximumSupportedRedirects``, refused
+    /// before anything is sent).
     case misuse(String)
     /// ``ResponseValidation/contentTypeMatchesAccept`` refused the response's `Content-Type` (`nil` when it had
     /// none); carries the media ranges the request's `Accept` header allows.

@@ -43,12 +43,14 @@ enum Boundary {
 
     /// The one check of the final request, after adapters, the authenticator and the headers the request's kind adds
     /// (`Range`, `If-Range`, `Accept-Encoding`, `Last-Event-ID`): the scheme, headers that could smuggle in others
-    /// (CR or LF), then the preconditions. A throw fails the request and nothing is sent.
-    static func checkFinal(_ request: URLRequest, preconditions: [RequestPrecondition]) throws {
+    /// (CR or LF), the redirect policy's limit (``RedirectPolicy/checkLimit()``), then the preconditions. A throw
+    /// fails the request and nothing is sent.
+    static func checkFinal(_ request: URLRequest, preconditions: [RequestPrecondition], redirectPolicy: RedirectPolicy) throws {
         guard isSendable(request.url) else {
             throw RequestBuildingError.unsupportedScheme(request.url?.absoluteString ?? "")
         }
         try HeaderSafety.check(request)
+        try redirectPolicy.checkLimit()
         for precondition in preconditions {
             try precondition.check(request)
         }

@@ -101,7 +101,10 @@ extension NetworkRequestOperation {
         _ body: ResponseBody, response: URLResponse?, error: Error?, sent: URLRequest, request: R, rule: StatusRule, validations: [ResponseValidation]
     ) -> Result<Processed<R.Success>, Error> {
         let outcome: Result<Processed<R.Success>, Error> = Result {
-            if let error { throw error }
+            if let error {
+                // URLSession's own redirect limit is the policy's (see `RedirectPolicy.reported(_:)`).
+                throw withLock { policies.redirectPolicy }.reported(error)
+            }
             guard let httpResponse = response as? HTTPURLResponse else {
                 throw RequestQueueError.nonHTTPResponse(response)
             }

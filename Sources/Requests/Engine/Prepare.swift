@@ -66,18 +66,18 @@ extension NetworkRequestOperation {
     }
 
     /// The transfer's headers, the response cache's plan (its validators), then the one final check
-    /// (``Boundary/checkFinal(_:preconditions:)``) of the request as it will be sent; then it is sent, or served.
+    /// (``Boundary/checkFinal(_:preconditions:redirectPolicy:)``) of the request as it will be sent; then it is sent, or served.
     func checkAndSend(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         var urlRequest = urlRequest
         guard let rule = prepareTransfer(&urlRequest),
-            let (preconditions, cache) = ifNotCompleted({ () -> ([RequestPrecondition], ResponseCache?) in
+            let (preconditions, cache, redirectPolicy) = ifNotCompleted({ () -> ([RequestPrecondition], ResponseCache?, RedirectPolicy) in
                 run.statusRule = rule
-                return (policies.preconditions, policies.responseCache)
+                return (policies.preconditions, policies.responseCache, policies.redirectPolicy)
             })
         else { return }
         let plan = cache == nil ? CachePlan.send(urlRequest, cached: nil) : cachePlan(for: urlRequest, in: cache)
         do {
-            try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions)
+            try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions, redirectPolicy: redirectPolicy)
         } catch {
             complete(with: .failure(error))
             return

@@ -9,6 +9,9 @@ import Foundation
 /// also https to http) never carries `Authorization`, `Proxy-Authorization`, `Cookie` or a header named in
 /// ``RequestPolicies/sensitiveHeaders``.
 ///
+/// The limit means what it says: it must lie in 0 through ``maximumSupportedRedirects``, and a request whose policy
+/// has another fails with ``RequestQueueError/misuse(_:)`` before anything is sent (it is not clamped).
+///
 /// Set it for a queue with ``RequestPolicies/redirectPolicy``; a request replaces it with its own
 /// ``NetworkRequest/redirectPolicy``. Monitors see each redirect followed
 /// (``RequestEventMonitor/requestWillRedirect(_:response:to:)``).
@@ -19,8 +22,17 @@ public struct RedirectPolicy: Sendable {
     }
 
     let rule: Rule
-    /// The most redirects one attempt follows. Default: 10.
+    /// The most redirects one attempt follows: the next one fails with ``RedirectError/tooManyRedirects(limit:)``.
+    /// Default: 10. It must lie in 0 through ``maximumSupportedRedirects``: a request whose policy has a negative
+    /// limit, or a larger one, fails with ``RequestQueueError/misuse(_:)`` before anything is sent.
     public var maximumRedirects = 10
+
+    /// The largest ``maximumRedirects`` there is, the same on every platform: 16. URLSession stops a chain on its own,
+    /// with `URLError.httpTooManyRedirects` and without asking Requests, at its 21st redirect on Linux (measured) and,
+    /// by swift-corelibs-foundation's account, on Apple platforms since macOS 11 (at the 17th before; Apple documents
+    /// no number). Up to 16, Requests' own count always decides first, and a chain that goes past the limit fails with
+    /// ``RedirectError/tooManyRedirects(limit:)`` everywhere.
+    public static let maximumSupportedRedirects = 16
 
     /// Follows every http(s) redirect, without the sensitive headers when the origin changes. The default.
     public static let follow = RedirectPolicy(rule: .follow)
@@ -38,7 +50,9 @@ public struct RedirectPolicy: Sendable {
         RedirectPolicy(rule: .custom(decide))
     }
 
-    /// This policy, following at most `count` redirects per attempt.
+    /// This policy, following at most `count` redirects per attempt. `count` must lie in
+    /// 0 through ``maximumSupportedRedirects``: a request under a policy with another fails with
+    /// ``RequestQueueError/misuse(_:)`` before anything is sent (see ``maximumRedirects``).
     public func maximumRedirects(_ count: Int) -> RedirectPolicy {
         RedirectPolicy(rule: rule, maximumRedirects: count)
     }
@@ -48,7 +62,8 @@ public struct RedirectPolicy: Sendable {
 public enum RedirectError: Error, Equatable, CustomStringConvertible {
     /// The server redirected to a URL that is not http or https (such as `file:///etc/passwd`), or to no valid URL.
     case unsupportedScheme(String)
-    /// More redirects than ``RedirectPolicy/maximumRedirects``.
+    /// More redirects than ``RedirectPolicy/maximumRedirects`` (which `limit` is). URLSession's own
+    /// `URLError.httpTooManyRedirects` is reported as this too.
     case tooManyRedirects(limit: Int)
 
     /// Names the problem.
@@ -63,6 +78,27 @@ public enum RedirectError: Error, Equatable, CustomStringConvertible {
 }
 
 extension RedirectPolicy {
+    /// Throws ``RequestQueueError/misuse(_:)`` unless ``maximumRedirects`` lies in 0 through ``maximumSupportedRedirects``:
+    /// the one check of the limit, made before anything is sent (see ``Boundary/checkFinal(_:preconditions:redirectPolicy:)``).
+    func checkLimit() throws {
+        if maximumRedirects < 0 {
+            throw RequestQueueError.misuse("RedirectPolicy.maximumRedirects(\(maximumRedirects)) is negative; 0 follows no redirect")
+        }
+        if maximumRedirects > Self.maximumSupportedRedirects {
+            throw RequestQueueError.misuse(
+                "RedirectPolicy.maximumRedirects(\(maximumRedirects)) is above RedirectPolicy.maximumSupportedRedirects "
+                    + "(\(Self.maximumSupportedRedirects)): URLSession would stop a longer chain on its own"
+            )
+        }
+    }
+
+    /// `error` as Requests reports a transport error: URLSession's own too-many-redirects (−1007) is this policy's
+    /// ``RedirectError/tooManyRedirects(limit:)`` (the policy's count stops a chain first, but the error is never
+    /// handed on raw); any other error is unchanged.
+    func reported(_ error: Error) -> Error {
+        (error as? URLError)?.code == .httpTooManyRedirects ? RedirectError.tooManyRedirects(limit: maximumRedirects) : error
+    }
+
     /// The request to send after `response` redirected `previous` (whose URL is `previousURL`) to `next`, or why
     /// not; `.success(nil)` hands the 3xx response to the status check. `hops` counts this redirect. The scheme and
     /// origin rules are ``Boundary``'s.

@@ -36,10 +36,26 @@ public struct ServerSentEvent: Sendable, Equatable {
 /// (a 204 has no type, and ends the stream).
 ///
 /// The decoder's ``lastEventID`` and ``reconnectionTime`` survive a reconnection: each connection sends
-/// `Last-Event-ID`, and waits the `retry` time before it starts.
+/// `Last-Event-ID`, and waits the `retry` time before it starts (at least the ``ReconnectPolicy``'s
+/// ``ReconnectPolicy/minimumServerDelay``).
+///
+/// The server's `id` is sent back only if it is safe as a header: no control character (U+0000 to U+001F, U+007F)
+/// and at most ``maximumLastEventIDLength`` bytes of UTF-8 (see ``isSendableLastEventID(_:)``). Another `id` still
+/// becomes the last event ID, as the standard says (it replaces the one before and is the `id` of the events that
+/// follow), but connections are made without `Last-Event-ID` while it is the last one, and monitors get
+/// ``RequestNotice/lastEventIDDropped(length:)``: an earlier id is not sent in its place, since the server would
+/// replay events the consumer has already had.
 public struct ServerSentEventDecoder: StreamDecoder {
     /// 1 MiB.
     public static let defaultMaximumEventSize = 1024 * 1024
+    /// 1 KiB: the longest last event ID, in bytes of UTF-8, that is sent back as `Last-Event-ID`.
+    public static let maximumLastEventIDLength = 1024
+
+    /// Whether `id` may be sent as `Last-Event-ID`: at most ``maximumLastEventIDLength`` bytes of UTF-8, and no
+    /// control character (C0, which holds NUL, CR and LF, or DEL). The one rule for every stream's `Last-Event-ID`.
+    public static func isSendableLastEventID(_ id: String) -> Bool {
+        id.utf8.count <= maximumLastEventIDLength && !id.utf8.contains { $0 < 0x20 || $0 == 0x7F }
+    }
 
     /// The most bytes an event may hold, its data and the line being read together.
     public let maximumEventSize: Int
@@ -47,7 +63,7 @@ public struct ServerSentEventDecoder: StreamDecoder {
     /// having its bad bytes replaced with U+FFFD.
     public let rejectsInvalidUTF8: Bool
     /// The last event ID of the stream: the `id` of the last dispatched event (the standard's "last event ID
-    /// string"). Sent as `Last-Event-ID` by every connection when not empty.
+    /// string"). Sent as `Last-Event-ID` by every connection when not empty and ``isSendableLastEventID(_:)``.
     public private(set) var lastEventID: String
     /// Seconds to wait before a reconnection, once the stream has sent a `retry` field.
     public private(set) var reconnectionTime: TimeInterval?
@@ -74,7 +90,8 @@ public struct ServerSentEventDecoder: StreamDecoder {
         self.rejectsInvalidUTF8 = rejectsInvalidUTF8
     }
 
-    /// `Accept: text/event-stream`, `Cache-Control: no-cache`, and `Last-Event-ID` when there is one.
+    /// `Accept: text/event-stream`, `Cache-Control: no-cache`, and `Last-Event-ID` when there is one. A
+    /// ``StreamRequestOperation`` leaves out a `Last-Event-ID` that ``isSendableLastEventID(_:)`` refuses.
     public var requestHeaders: [String: String] {
         var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
         if !lastEventID.isEmpty { headers["Last-Event-ID"] = lastEventID }

@@ -74,6 +74,10 @@ public enum StreamError: Error, Equatable, CustomStringConvertible {
     /// More than `bufferSize` bytes of the body waited for a consumer that did not keep up (see
     /// ``StreamRequest/bufferSize``).
     case consumerTooSlow(bufferSize: Int)
+    /// The stream would have reconnected more than `limit` times within `window` seconds, the most its
+    /// ``ReconnectPolicy`` allows (``ReconnectPolicy/maxReconnections`` per ``ReconnectPolicy/reconnectionWindow``):
+    /// the server drops the connection too often. The elements before it were delivered.
+    case tooManyReconnections(limit: Int, window: TimeInterval)
 
     /// Says what was wrong, and where.
     public var description: String {
@@ -90,6 +94,8 @@ public enum StreamError: Error, Equatable, CustomStringConvertible {
             return "The response is not an event stream: its Content-Type is \(contentType.map { "'\($0)'" } ?? "missing")."
         case let .consumerTooSlow(bufferSize):
             return "The stream's consumer did not keep up: more than \(bufferSize) bytes waited for it."
+        case let .tooManyReconnections(limit, window):
+            return "The stream reconnected \(limit) times within \(window) seconds, the most its reconnection policy allows."
         }
     }
 }

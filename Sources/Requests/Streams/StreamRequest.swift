@@ -89,6 +89,11 @@ public struct StreamSummary: Sendable {
 /// failure, with no token refresh: a 401 ends it), and after ``maxAttempts`` connections in a row that delivered no
 /// element. A limit, a decoding error or a cancellation ends the stream; only a dropped connection reconnects.
 ///
+/// A server cannot make a stream reconnect as fast as it likes: its `retry` field is raised to
+/// ``minimumServerDelay``, and at most ``maxReconnections`` reconnections are made within any
+/// ``reconnectionWindow``, even when every connection delivers events; the next one fails the stream with
+/// ``StreamError/tooManyReconnections(limit:window:)``.
+///
 /// A stream whose first connection fails before it is accepted is handled by the request's ``RetryPolicy``, like
 /// any request, and only while no element has been delivered.
 public struct ReconnectPolicy: Sendable, Equatable {
@@ -107,6 +112,22 @@ public struct ReconnectPolicy: Sendable, Equatable {
     /// Whether a normal end of the body also reconnects, as `EventSource` does. Default: `false`: the stream
     /// succeeds, so that a finite stream (an answer streamed token by token, often sent with POST) is not sent again.
     public var reconnectsWhenServerCloses: Bool
+    /// The shortest wait before a reconnection that the server can ask for (an event stream's `retry` field): a
+    /// smaller value is raised to it, and monitors get ``RequestNotice/reconnectionDelayRaised(requested:applied:)``
+    /// (once each time the server's value changes). Neither the backoff nor ``maxDelay`` brings a wait the server
+    /// set below it. It does not apply to ``delay``, which is yours. Lower it (`0` honours any `retry`) only for a
+    /// server you trust: a `retry: 0` and one event per connection otherwise reconnect hundreds of times a second.
+    /// Default: 1 s. A negative value counts as 0, one that is not a number as the default.
+    public var minimumServerDelay: TimeInterval
+    /// The most reconnections within any ``reconnectionWindow``, whether or not each connection delivered events;
+    /// the one past it fails the stream with ``StreamError/tooManyReconnections(limit:window:)``. It bounds what
+    /// ``maxAttempts`` cannot: a server that drops the connection after each event. Default: 30. A negative value
+    /// counts as 0 (no reconnection at all).
+    public var maxReconnections: Int
+    /// The span, in seconds on a monotonic clock, over which ``maxReconnections`` are counted: a reconnection older
+    /// than this no longer counts. Default: 60 s. `.infinity` counts every reconnection of the stream; `0` or less
+    /// turns the cap off; a value that is not a number counts as the default.
+    public var reconnectionWindow: TimeInterval
 
     /// A policy with the defaults above, each of which can be changed here.
     public init(
@@ -114,24 +135,70 @@ public struct ReconnectPolicy: Sendable, Equatable {
         backoffMultiplier: Double = 2,
         maxDelay: TimeInterval = 60,
         maxAttempts: Int = 10,
-        reconnectsWhenServerCloses: Bool = false
+        reconnectsWhenServerCloses: Bool = false,
+        minimumServerDelay: TimeInterval = ReconnectPolicy.defaultMinimumServerDelay,
+        maxReconnections: Int = ReconnectPolicy.defaultMaxReconnections,
+        reconnectionWindow: TimeInterval = ReconnectPolicy.defaultReconnectionWindow
     ) {
         self.delay = delay
         self.backoffMultiplier = backoffMultiplier
         self.maxDelay = maxDelay
         self.maxAttempts = maxAttempts
         self.reconnectsWhenServerCloses = reconnectsWhenServerCloses
+        self.minimumServerDelay = minimumServerDelay
+        self.maxReconnections = maxReconnections
+        self.reconnectionWindow = reconnectionWindow
     }
 
     /// The policy with every default.
     public static let `default` = ReconnectPolicy()
+    /// 1 s: about what a browser's `EventSource` waits at least, and a thousand times slower than `retry: 0`.
+    public static let defaultMinimumServerDelay: TimeInterval = 1
+    /// 30: a stream that drops every two seconds, for a minute, is not working.
+    public static let defaultMaxReconnections = 30
+    /// 60 s.
+    public static let defaultReconnectionWindow: TimeInterval = 60
+
+    /// ``minimumServerDelay`` as it applies: 0 to a day.
+    var serverDelayFloor: TimeInterval {
+        minimumServerDelay.isNaN ? Self.defaultMinimumServerDelay : min(max(minimumServerDelay, 0), 86_400)
+    }
+
+    /// The server's `requested` wait as the policy lets it apply: at least ``serverDelayFloor``.
+    func serverDelay(_ requested: TimeInterval) -> TimeInterval {
+        max(requested.isNaN ? 0 : requested, serverDelayFloor)
+    }
 
     /// The wait before a reconnection that follows `failures` connections in a row that delivered nothing, from
-    /// ``delay`` or the server's `requested` wait.
+    /// ``delay`` or the server's `requested` wait (never below ``serverDelayFloor``).
     func delay(afterEmptyConnections failures: Int, requested: TimeInterval?) -> TimeInterval {
-        let base = requested ?? delay
+        let base = requested.map(serverDelay) ?? delay
         let wait = base * pow(max(backoffMultiplier, 1), Double(min(failures, 64)))
-        return min(max(wait.isNaN ? 0 : wait, 0), max(maxDelay, 0))
+        let capped = min(max(wait.isNaN ? 0 : wait, 0), max(maxDelay, 0))
+        return requested == nil ? capped : max(capped, serverDelayFloor)
+    }
+
+    /// ``reconnectionWindow`` as it applies: the default when it is not a number.
+    var windowSpan: TimeInterval {
+        reconnectionWindow.isNaN ? Self.defaultReconnectionWindow : reconnectionWindow
+    }
+
+    /// Whether one more reconnection, at `now` (monotonic nanoseconds), stays within ``maxReconnections`` per
+    /// ``reconnectionWindow``. `recent` holds the times of the earlier ones: it is pruned to the window and, when the
+    /// reconnection is admitted, gets `now`; it never holds more than ``maxReconnections`` times.
+    func admitsReconnection(at now: UInt64, recent: inout [UInt64]) -> Bool {
+        let window = windowSpan
+        guard window > 0 else {
+            recent.removeAll()
+            return true
+        }
+        if window.isFinite, window * 1e9 < Double(UInt64.max) {
+            let span = UInt64(window * 1e9)
+            recent.removeAll { now &- $0 >= span }
+        }
+        guard recent.count < max(maxReconnections, 0) else { return false }
+        recent.append(now)
+        return true
     }
 }
 

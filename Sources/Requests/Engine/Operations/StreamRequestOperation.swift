@@ -73,7 +73,9 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     // MARK: - Each connection (the transfer's part of the engine)
 
     /// Adds the decoder's headers (its place in the stream: `Last-Event-ID`) and starts a connection; a reconnection
-    /// accepts only a `200` (or a `204`, which ends the stream).
+    /// accepts only a `200` (or a `204`, which ends the stream). A `Last-Event-ID` that
+    /// ``ServerSentEventDecoder/isSendableLastEventID(_:)`` refuses is not sent (nor the request's own), and the
+    /// monitors are told.
     override func prepareTransfer(_ urlRequest: inout URLRequest) -> StatusRule? {
         guard let request = currentRequest else { return nil }
         let validCodes = request.validHTTPStatusCodes
@@ -82,19 +84,30 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         let policy = request.reconnectPolicy
         let bufferSize = max(request.bufferSize, 1)
         if let previous = withLock({ stream.decoder }) { decoder.resume(after: previous) }
+        var droppedIDLength: Int?
         for (name, value) in decoder.requestHeaders {
             // The request's own headers win, except the decoder's place in the stream.
-            if urlRequest.value(forHTTPHeaderField: name) == nil || name.caseInsensitiveCompare("Last-Event-ID") == .orderedSame {
+            let isPlace = name.caseInsensitiveCompare("Last-Event-ID") == .orderedSame
+            if isPlace, !ServerSentEventDecoder.isSendableLastEventID(value) {
+                urlRequest.setValue(nil, forHTTPHeaderField: name)
+                droppedIDLength = value.utf8.count
+            } else if isPlace || urlRequest.value(forHTTPHeaderField: name) == nil {
                 urlRequest.setValue(value, forHTTPHeaderField: name)
             }
         }
-        return ifNotCompleted {
+        let sending = urlRequest
+        let prepared = ifNotCompleted { () -> (StatusRule, RequestAttempt) in
             stream.decoder = decoder
             stream.reconnectPolicy = policy
             stream.bufferSize = bufferSize
             stream.startConnection()
-            return StatusRule(validCodes: isReconnectingUnderLock ? [200, 204] : validCodes)
+            return (StatusRule(validCodes: isReconnectingUnderLock ? [200, 204] : validCodes), currentAttempt(sending: sending))
         }
+        guard let (rule, attempt) = prepared else { return nil }
+        if let droppedIDLength {
+            emit(.notice(attempt, .lastEventIDDropped(length: droppedIDLength)))
+        }
+        return rule
     }
 
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
@@ -188,14 +201,32 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     }
 
     /// Reconnects after the policy's wait (the first one after a connection that delivered something waits the plain
-    /// delay), or ends the stream with `outcome` once the policy gives up.
+    /// delay; a server's wait is raised to the policy's floor), or ends the stream: with `outcome` once the policy
+    /// gives up after empty connections, with ``StreamError/tooManyReconnections(limit:window:)`` once the
+    /// reconnections within the policy's window reach its cap.
     func reconnection(or outcome: Result<StreamSummary, Error>) -> TransferVerdict<StreamSummary> {
-        let (policy, emptyInARow, decoder) = withLock { () -> (ReconnectPolicy?, Int, R.Decoder?) in
+        let now = DispatchTime.now().uptimeNanoseconds
+        let verdict = withLock { () -> (TransferVerdict<StreamSummary>, notice: (RequestAttempt, RequestNotice)?) in
             stream.emptyConnectionsInARow = stream.connectionElements > 0 ? 0 : stream.emptyConnectionsInARow + 1
-            return (stream.reconnectPolicy, stream.emptyConnectionsInARow, stream.decoder)
+            guard let policy = stream.reconnectPolicy, stream.emptyConnectionsInARow < policy.maxAttempts else { return (.finish(outcome), nil) }
+            guard policy.admitsReconnection(at: now, recent: &stream.reconnectionTimes) else {
+                let error = StreamError.tooManyReconnections(limit: max(policy.maxReconnections, 0), window: policy.windowSpan)
+                return (.finish(.failure(error)), nil)
+            }
+            let requested = stream.decoder?.reconnectionDelay
+            var notice: (RequestAttempt, RequestNotice)?
+            // Told once each time the server's value changes, not at every reconnection.
+            if let requested, requested < policy.serverDelayFloor, requested != stream.lastServerDelay, let sent = run.sentRequest {
+                notice = (currentAttempt(sending: sent), .reconnectionDelayRaised(requested: requested, applied: policy.serverDelay(requested)))
+            }
+            stream.lastServerDelay = requested
+            let delay = policy.delay(afterEmptyConnections: stream.emptyConnectionsInARow, requested: requested)
+            return (.again(.reconnect, delay: delay), notice)
         }
-        guard let policy, emptyInARow < policy.maxAttempts else { return .finish(outcome) }
-        return .again(.reconnect, delay: policy.delay(afterEmptyConnections: emptyInARow, requested: decoder?.reconnectionDelay))
+        if let (attempt, notice) = verdict.notice {
+            emit(.notice(attempt, notice))
+        }
+        return verdict.0
     }
 
     func summary() -> StreamSummary {

@@ -223,6 +223,10 @@ final class StreamState<Decoder: StreamDecoder> {
     var connectionElements = 0
     var connectionBytes = 0
     var emptyConnectionsInARow = 0
+    /// When the reconnections within the policy's window were made (monotonic nanoseconds), at most its cap.
+    var reconnectionTimes: [UInt64] = []
+    /// The server's reconnection delay at the last reconnection, so that a raised one is told once per value.
+    var lastServerDelay: TimeInterval?
     /// The last response accepted, kept for the summary while a reconnection waits or fails.
     var lastResponse: HTTPURLResponse?
 

@@ -29,16 +29,17 @@ struct CacheableRequest {
         self.request = request
         self.method = method
         self.url = bare
-        let configuration = session?.configuration
-        sessionHeaders = configuration?.httpAdditionalHeaders ?? [:]
-        let sendsCookies = request.httpShouldHandleCookies && configuration?.httpShouldSetCookies == true
-        let cookies = sendsCookies ? configuration?.httpCookieStorage?.cookies(for: url) ?? [] : []
+        let facts = session.map(SessionFacts.of) ?? SessionFacts(nil)
+        sessionHeaders = facts.additionalHeaders
+        let cookies = request.httpShouldHandleCookies ? facts.cookieStorage?.cookies(for: url) ?? [] : []
         storedCookies = cookies.isEmpty ? nil : HTTPCookie.requestHeaderFields(with: cookies)["Cookie"]
-        credentialStorage = configuration?.urlCredentialStorage
+        credentialStorage = facts.credentialStorage
     }
 
     /// `url` without user info and fragment; `nil` if it has no host-based form.
     static func bare(_ url: URL) -> URL? {
+        // Most URLs have neither: they are used as they are, without the cost of `URLComponents`.
+        guard url.user != nil || url.password != nil || url.fragment != nil else { return url }
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
         components.user = nil
         components.password = nil
@@ -76,5 +77,46 @@ struct CacheableRequest {
         return credentialStorage.allCredentials.contains { space, credentials in
             !credentials.isEmpty && space.host.lowercased() == host && (space.port == port || space.port == 0)
         }
+    }
+}
+
+/// What the cache reads of a session's configuration, read once per session: `URLSession.configuration` returns a
+/// copy, too costly for every cache hit. A session's configuration never changes.
+private struct SessionFacts {
+    var additionalHeaders: [AnyHashable: Any] = [:]
+    /// `nil` when the session sends no cookies.
+    var cookieStorage: HTTPCookieStorage?
+    var credentialStorage: URLCredentialStorage?
+
+    init(_ configuration: URLSessionConfiguration?) {
+        guard let configuration else { return }
+        additionalHeaders = configuration.httpAdditionalHeaders ?? [:]
+        cookieStorage = configuration.httpShouldSetCookies ? configuration.httpCookieStorage : nil
+        credentialStorage = configuration.urlCredentialStorage
+    }
+
+    private final class Memo: @unchecked Sendable {
+        weak var session: URLSession?
+        let facts: SessionFacts
+        init(_ session: URLSession) {
+            self.session = session
+            facts = SessionFacts(session.configuration)
+        }
+    }
+
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var memos: [ObjectIdentifier: Memo] = [:]
+
+    /// The facts of `session`, from the memo when it is still that session's.
+    static func of(_ session: URLSession) -> SessionFacts {
+        let id = ObjectIdentifier(session)
+        if let memo = lock.withLock({ memos[id] }), memo.session === session { return memo.facts }
+        let memo = Memo(session)
+        lock.withLock {
+            // Sessions that are gone leave their memos behind; they are dropped when the table grows.
+            if memos.count >= 64 { memos = memos.filter { $0.value.session != nil } }
+            memos[id] = memo
+        }
+        return memo.facts
     }
 }

@@ -14,10 +14,13 @@ import Foundation
 ///
 /// What is stored: responses to `GET` and `HEAD` with status 200, 203, 204, 300, 301, 404, 405, 410 or 414 that
 /// have a freshness lifetime (`Cache-Control: max-age`, `Expires`) or a validator (`ETag`, `Last-Modified`), and
-/// fit in ``maximumEntrySize``. Never a response with `no-store` (in the request or the response) or `Vary: *`, and
-/// a response to a request with `Authorization` only when it says `public`, `s-maxage` or `must-revalidate`.
-/// One entry per method and URL, for the request header values its `Vary` names: a request with other values
-/// misses, and its response replaces the entry. A successful `POST`, `PUT`, `PATCH` or `DELETE` removes the URL's
+/// fit in ``maximumEntrySize`` (headers included). Never a response with `no-store` (in the request or the response)
+/// or `Vary: *`, one that arrived through a redirect, or one that owes something to a credential the transport may
+/// have added (a challenge it answered, a credential in the session's storage for the host).
+/// One entry per method and URL, for the credential the request carried (`Authorization`, `Proxy-Authorization`,
+/// URL user info) and the header values its `Vary` names as they were sent (the session's headers and cookies
+/// included): a request with others misses, and its response replaces the entry. Only keyed digests of those values
+/// are written to disk, in a directory and files only the user can read. A successful `POST`, `PUT`, `PATCH` or `DELETE` removes the URL's
 /// entries. Freshness has no heuristic: a response without `max-age` or `Expires` is always revalidated.
 /// The request's `Cache-Control` is honoured too: `no-cache`, `max-age`, `min-fresh` and `max-stale` (which never
 /// serves a response marked `no-cache` or `must-revalidate` without asking the server).
@@ -27,7 +30,7 @@ import Foundation
 /// as a miss; a directory that disappears or cannot be written makes the disk layer do nothing.
 public final class ResponseCache: @unchecked Sendable {
     let storage: CacheStorage
-    /// The largest response body stored. Default: a quarter of the memory capacity.
+    /// The largest entry stored, its headers, body and bookkeeping together. Default: a quarter of the memory capacity.
     public let maximumEntrySize: Int
 
     /// A cache holding up to `memoryCapacity` bytes in memory and `diskCapacity` bytes in `directory` (`nil`: memory

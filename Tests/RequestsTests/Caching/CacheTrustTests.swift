@@ -284,6 +284,32 @@ final class CacheTrustTests: XCTestCase {
         }
     }
 
+    func testAQueueWithATokenAuthenticatorCachesForItsOwnToken() throws {
+        // Given a queue whose authenticator sets Alice's token, and a private page
+        let (url, seen) = route(headers: ["Cache-Control": "private, max-age=600"]) { request in
+            request.headers["authorization"] == "Bearer alice" ? 1 : 2
+        }
+        let tokens = TokenAuthenticator(token: "alice") { _, completion in completion(.success("alice")) }
+        let queue = OperationQueue()
+        queue.requestPolicies = RequestPolicies(authenticator: tokens, monitors: [recorder], responseCache: cache)
+        func get() throws -> Catalogue {
+            let results = Recorder<Result<Catalogue, Error>>()
+            queue.addRequest(CatalogueRequest(url: url), session: testSession) { results.append($0) }
+            queue.waitUntilAllOperationsAreFinished()
+            return try XCTUnwrap(results.values.first).get()
+        }
+
+        // When it is fetched twice, then again after the user switched
+        XCTAssertEqual(try get().version, 1)
+        XCTAssertEqual(try get().version, 1)
+        XCTAssertEqual(seen.all.count, 1, "the second came from the cache")
+        tokens.setToken("bob")
+
+        // Then Bob is answered by the server, not with Alice's page
+        XCTAssertEqual(try get().version, 2)
+        XCTAssertEqual(seen.all.count, 2)
+    }
+
     func testVaryComparesTheHeadersTheSessionAdds() throws {
         // Given two sessions that add another Accept-Language, and a page that varies on it
         let (url, seen) = route(headers: ["Cache-Control": "max-age=600", "Vary": "Accept-Language"]) { request in

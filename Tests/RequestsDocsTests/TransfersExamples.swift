@@ -38,7 +38,11 @@ func resumeUsage(queue: OperationQueue) async {
             try? FileManager.default.removeItem(at: stateFile)
             show(file)
         case .failure:
-            // Store it: the next launch passes it to resumingFrom: and fetches only the missing bytes.
+            // Store it: the next launch passes it to resumingFrom: and fetches only the missing bytes. A stored state is
+            // untrusted input: Requests takes only the partial file's name from it, looks for that name in its own private
+            // folder (checked as for new files), resumes only a regular file of this user, not a link, named as it names
+            // them, with counts that make sense; any other state starts from zero, touches no file, and is told to
+            // monitors as .resumeStateRefused(reason:).
             if let resumeState, let data = try? JSONEncoder().encode(resumeState) { try? data.write(to: stateFile) }
         }
     }

@@ -2,7 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
-import Requests
+@testable import Requests
 import RequestsTestServer
 import XCTest
 
@@ -194,9 +194,9 @@ final class EngineCompositionTests: XCTestCase {
     // MARK: - The final check
 
     func testTheFinalCheckSeesTheHeadersTheTransferAdds() throws {
-        // Given bytes of an earlier download on disk (named as Requests names its partial files), described by a
-        // resume state
-        let partial = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
+        // Given bytes of an earlier download on disk (named as Requests names its partial files, in its private
+        // folder), described by a resume state
+        let partial = try PrivateFolder.requestsFolder().appendingPathComponent("Requests-download-\(UUID().uuidString)")
         try Data("0123456789".utf8).write(to: partial)
         defer { try? FileManager.default.removeItem(at: partial) }
         let (url, seen) = serve(status: 200, body: "unused")

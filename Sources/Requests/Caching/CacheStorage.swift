@@ -264,11 +264,14 @@ final class CacheStorage: @unchecked Sendable {
         diskBytes = 0
         // Made private here if missing; a folder that is not this user's (or a link) is never used.
         do {
-            try PrivateFolder.ensure(directory)
-        } catch PrivateFileError.notOurs {
+            try Self.ensure(directory)
+        } catch PrivateFolder.Refusal.failed {
+            // Missing and not makeable now (a read-only parent): an empty index, as before; writes try again.
+        } catch {
+            // A link, a file, or another user's folder.
             directoryRefused = true
             return
-        } catch {}
+        }
 
         let keys: [URLResourceKey] = [.isRegularFileKey, .fileSizeKey, .contentModificationDateKey]
         let urls =
@@ -334,11 +337,11 @@ final class CacheStorage: @unchecked Sendable {
 
     private static func readOrMakePartitionKey(in directory: URL) -> [UInt8]? {
         let url = directory.appendingPathComponent("partition-key", isDirectory: false)
-        if let key = try? PrivateFile.read(url, expectedSize: 32) { return key }
+        if let key = try? PrivateFolder.readOwnFile(url, expectedSize: 32) { return Array(key) }
         let key = (0..<32).map { _ in UInt8.random(in: .min ... .max) }
-        guard (try? PrivateFolder.ensure(directory)) != nil, (try? PrivateFile.write(key, to: url)) != nil else {
+        guard (try? Self.ensure(directory)) != nil, (try? PrivateFolder.write(Data(key), to: url)) != nil else {
             // Another process may have made it meanwhile.
-            return try? PrivateFile.read(url, expectedSize: 32)
+            return (try? PrivateFolder.readOwnFile(url, expectedSize: 32)).map(Array.init)
         }
         return key
     }
@@ -359,7 +362,7 @@ final class CacheStorage: @unchecked Sendable {
     /// again as soon as it can be made.
     private func writeTemporaryFile(_ contents: Data, in directory: URL) -> TemporaryFile? {
         let url = directory.appendingPathComponent(Self.temporaryPrefix + UUID().uuidString, isDirectory: false)
-        if (try? PrivateFile.write(contents, to: url)) != nil {
+        if (try? PrivateFolder.write(contents, to: url)) != nil {
             return TemporaryFile(url: url, directoryWasMissing: false)
         }
         var isDirectory: ObjCBool = false
@@ -369,15 +372,24 @@ final class CacheStorage: @unchecked Sendable {
             Self.removeFile(url)
             return nil
         }
-        guard (try? PrivateFolder.ensure(directory)) != nil else {
+        guard (try? Self.ensure(directory)) != nil else {
             // Still reported as missing, so the index drops the files that went with the directory.
             return TemporaryFile(url: nil, directoryWasMissing: true)
         }
-        guard (try? PrivateFile.write(contents, to: url)) != nil else {
+        guard (try? PrivateFolder.write(contents, to: url)) != nil else {
             Self.removeFile(url)
             return TemporaryFile(url: nil, directoryWasMissing: true)
         }
         return TemporaryFile(url: url, directoryWasMissing: true)
+    }
+
+    /// Makes `directory` a private folder (see `PrivateFolder`), its missing parents with the default mode.
+    private static func ensure(_ directory: URL) throws {
+        let parent = directory.deletingLastPathComponent()
+        if !FileManager.default.fileExists(atPath: parent.path) {
+            try? FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
+        }
+        try PrivateFolder.ensure(directory)
     }
 
     /// Moves `source` over `destination` with rename(2): atomic within one directory, replacing any old file.

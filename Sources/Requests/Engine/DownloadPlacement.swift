@@ -17,16 +17,21 @@ enum DownloadPlacement {
         }
         try Self.verify(file, response: response, integrity: request.integrity)
         let fileManager = FileManager.default
-        let destination = try request.destination ?? Self.defaultDestination(for: response)
         let options = request.downloadOptions
-        let folder = destination.deletingLastPathComponent()
-        if options.contains(.createIntermediateDirectories) {
-            try fileManager.createDirectory(at: folder, withIntermediateDirectories: true)
+        let destination: URL
+        if let given = request.destination {
+            destination = given
+            if options.contains(.createIntermediateDirectories) {
+                try fileManager.createDirectory(at: given.deletingLastPathComponent(), withIntermediateDirectories: true)
+            }
+        } else {
+            destination = try Self.defaultDestination(for: response)
         }
+        let folder = destination.deletingLastPathComponent()
         // Moved next to the destination first (a copy, across file systems), and renamed into place only in the
         // step that claims the outcome, so that a cancellation that wins leaves the destination as it was.
         let sibling = folder.appendingPathComponent(".Requests-download-\(UUID().uuidString)")
-        try fileManager.moveItem(at: file, to: sibling)
+        try Self.move(file, to: sibling)
         let replace = options.contains(.replaceExistingFile)
         return Processed(
             value: destination,
@@ -41,7 +46,7 @@ enum DownloadPlacement {
                 }
                 if failed { throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO) }
             },
-            abandon: { try? fileManager.removeItem(at: sibling) }
+            abandon: { PrivateFolder.removeFile(at: sibling) }
         )
     }
 
@@ -60,13 +65,34 @@ enum DownloadPlacement {
         }
     }
 
+    /// A new folder of this user, mode `0700`, in the temporary directory, and in it the response's suggested name.
     private static func defaultDestination(for response: HTTPURLResponse) throws -> URL {
         // Linux answers "Unknown" when the response suggests no name.
         let suggested = response.suggestedFilename.flatMap { $0.isEmpty || $0 == "Unknown" ? nil : $0 }
         let name = suggested ?? response.url?.lastPathComponent.nonEmpty ?? "download"
-        return FileManager.default.temporaryDirectory
-            .appendingPathComponent("Requests-Downloads-\(UUID().uuidString)", isDirectory: true)
-            .appendingPathComponent((name as NSString).lastPathComponent)
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-Downloads-\(UUID().uuidString)", isDirectory: true)
+        return try PrivateFolder.ensure(folder).appendingPathComponent((name as NSString).lastPathComponent)
+    }
+
+    /// Moves the download's file (`0600`, Requests') to `sibling`, a new name: renamed, so its mode goes with it;
+    /// across file systems, copied into a file created `0600` (`PrivateFolder.createFile(at:)`), then removed.
+    private static func move(_ file: URL, to sibling: URL) throws {
+        guard rename(file.path, sibling.path) != 0 else { return }
+        let code = errno
+        guard code == EXDEV else { throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO, userInfo: [NSFilePathErrorKey: sibling.path]) }
+        let output = try PrivateFolder.createFile(at: sibling)
+        do {
+            defer { try? output.close() }
+            let input = try FileHandle(forReadingFrom: file)
+            defer { try? input.close() }
+            while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                try output.write(contentsOf: chunk)
+            }
+        } catch {
+            unlink(sibling.path)
+            throw error
+        }
+        unlink(file.path)
     }
 }
 

@@ -13,8 +13,15 @@ import Foundation
 /// (`Range` and `If-Range`), when the server gave a validator. Add it with `addRequest(_:resumingFrom:…)` to also
 /// keep its bytes after a failure, and resume it later from a ``ResumeState``.
 public protocol DownloadRequest: DataRequest where Success == URL {
-    /// Where the file goes. Default: `nil`, a new folder in the temporary directory holding the file under the
-    /// response's suggested name (or the URL's last path component); move it from there if you keep it.
+    /// Where the file goes. Default: `nil`, a new folder in the temporary directory (`Requests-Downloads-<UUID>`,
+    /// mode `0700`) holding the file under the response's suggested name (or the URL's last path component); move
+    /// it from there if you keep it.
+    ///
+    /// The finished file is mode `0600` (readable by this user only) wherever it goes, since it may hold an
+    /// authenticated response: `chmod` it yourself if others must read it. Requests changes the mode of nothing
+    /// it did not create, and removes nothing but its own files (with ``DownloadOptions/replaceExistingFile``, the
+    /// file it replaces). Folders made by ``DownloadOptions/createIntermediateDirectories`` get the usual mode
+    /// (`0777` less the umask).
     var destination: URL? { get }
     /// What to do about the destination's folder and an existing file. Default: `.createIntermediateDirectories`.
     var downloadOptions: DownloadOptions { get }
@@ -42,7 +49,7 @@ public struct DownloadOptions: OptionSet, Sendable {
 }
 
 extension DownloadRequest {
-    /// `nil`: a new folder in the temporary directory.
+    /// `nil`: a new folder of this user (mode `0700`) in the temporary directory.
     public var destination: URL? { nil }
     /// `.createIntermediateDirectories`.
     public var downloadOptions: DownloadOptions { .createIntermediateDirectories }

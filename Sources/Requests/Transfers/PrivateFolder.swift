@@ -1,67 +1,148 @@
 import Foundation
-
 #if canImport(Glibc)
 import Glibc
-#elseif canImport(Musl)
-import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// Why a private folder or file could not be used.
-enum PrivateFileError: Error {
-    /// The path is a link, not a folder or regular file, or belongs to another user.
-    case notOurs(URL)
-    /// A system call failed with `errno`.
-    case system(Int32, URL)
-}
-
-/// A folder only this user can read: mode 0700, owned by the user, not a link.
+/// Folders and files only this process's user can read: folders `0700`, files `0600`. The temporary directory is
+/// shared on Linux (`/tmp`), where any local user may create a folder, a file or a link under a name Requests uses
+/// before Requests does; so an existing folder is used only if it is a real folder (not a link) owned by this user,
+/// and a file is only ever created, never opened if it exists.
+///
+/// Internal, for every part of the library that keeps files: downloads' partial files, and the response cache.
 enum PrivateFolder {
-    /// Makes `url` (and its missing parents, with the default mode) a private folder, or checks the one there: a real
-    /// folder (not a link) of this user, its mode tightened to 0700. Throws when it is not ours: nothing is then
-    /// written into it.
+    /// Why a folder was not used.
+    enum Refusal: Error, Equatable, CustomStringConvertible {
+        /// The name is taken by something that is not a folder: a file, a device or a symbolic link.
+        case notAFolder(path: String)
+        /// The folder belongs to another user (`owner`).
+        case notOwned(path: String, owner: UInt32)
+        /// A system call failed with `errno`.
+        case failed(call: String, path: String, errno: Int32)
+
+        var description: String {
+            switch self {
+            case let .notAFolder(path): return "\(path) is not a folder (a file or a link has its name)"
+            case let .notOwned(path, owner): return "\(path) belongs to user \(owner), not to this process's user \(getuid())"
+            case let .failed(call, path, code): return "\(call) \(path): \(String(cString: strerror(code)))"
+            }
+        }
+    }
+
+    /// Makes `url` a folder of this user with mode `0700`, and returns it: creates it `0700` if it is missing;
+    /// uses an existing one only if it is a real folder (a link, even to a folder, is refused) owned by
+    /// `getuid()`, and sets its mode to exactly `0700` if it was anything else (it is this user's). Throws a
+    /// ``Refusal`` otherwise, having changed nothing.
     @discardableResult
     static func ensure(_ url: URL) throws -> URL {
         let path = url.path
-        var status = stat()
-        if lstat(path, &status) != 0 {
-            guard errno == ENOENT else { throw PrivateFileError.system(errno, url) }
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            guard mkdir(path, 0o700) == 0 || errno == EEXIST else { throw PrivateFileError.system(errno, url) }
-            guard lstat(path, &status) == 0 else { throw PrivateFileError.system(errno, url) }
+        var info = stat()
+        // The common case, one call: the folder is there and as it must be.
+        let found = lstat(path, &info) == 0
+        if found, isPrivate(info) { return url }
+        if !found {
+            let code = errno
+            guard code == ENOENT else { throw Refusal.failed(call: "lstat", path: path, errno: code) }
+            if mkdir(path, 0o700) != 0, errno != EEXIST { throw Refusal.failed(call: "mkdir", path: path, errno: errno) }
         }
-        guard status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid() else { throw PrivateFileError.notOurs(url) }
-        if status.st_mode & 0o777 != 0o700, chmod(path, 0o700) != 0 { throw PrivateFileError.system(errno, url) }
+        // Checked (and tightened) through a descriptor of the folder itself, so that a link put in its place
+        // meanwhile is refused rather than followed.
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ELOOP || code == ENOTDIR { throw Refusal.notAFolder(path: path) }
+            throw Refusal.failed(call: "open", path: path, errno: code)
+        }
+        defer { close(descriptor) }
+        guard fstat(descriptor, &info) == 0 else { throw Refusal.failed(call: "fstat", path: path, errno: errno) }
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFDIR) else { throw Refusal.notAFolder(path: path) }
+        guard info.st_uid == getuid() else { throw Refusal.notOwned(path: path, owner: UInt32(info.st_uid)) }
+        if info.st_mode & 0o7777 != 0o700, fchmod(descriptor, 0o700) != 0 {
+            throw Refusal.failed(call: "chmod", path: path, errno: errno)
+        }
         return url
     }
-}
 
-/// Files only this user can read: created 0600 with `O_EXCL | O_NOFOLLOW`, read only when they are regular files of
-/// this user.
-enum PrivateFile {
-    /// Creates `url`, which must not exist, with `bytes`, mode 0600.
-    static func write(_ bytes: some DataProtocol & ContiguousBytes, to url: URL) throws {
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw PrivateFileError.system(errno, url) }
-        defer { close(descriptor) }
-        let written = bytes.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
-        guard written == bytes.count else { throw PrivateFileError.system(errno, url) }
+    /// Creates the file `url` with mode `0600` and opens it for writing. Fails (`EEXIST`) if anything has that
+    /// name, a link included, rather than open or follow it.
+    static func createFile(at url: URL) throws -> FileHandle {
+        let path = url.path
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO, userInfo: [NSFilePathErrorKey: path]) }
+        // The umask may have taken bits away; the mode is exactly 0600 either way.
+        _ = fchmod(descriptor, 0o600)
+        return FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
     }
 
-    /// The contents of `url` if it is a regular file of this user (not a link) of exactly `expectedSize` bytes.
-    static func read(_ url: URL, expectedSize: Int) throws -> [UInt8] {
-        let descriptor = open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw PrivateFileError.system(errno, url) }
-        defer { close(descriptor) }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0 else { throw PrivateFileError.system(errno, url) }
-        guard status.st_mode & S_IFMT == S_IFREG, status.st_uid == getuid(), Int(status.st_size) == expectedSize else {
-            throw PrivateFileError.notOurs(url)
+    /// Removes the file `url` (`unlink`): never a folder, and a link is removed, not followed.
+    static func removeFile(at url: URL) {
+        _ = unlink(url.path)
+    }
+
+    /// Requests' own folder in the temporary directory: `Requests-<uid>`, if it is this user's or can be made so
+    /// (see ``ensure(_:)``). If the name is taken by something else (another user's folder, a link, a file), a
+    /// fresh folder made with `mkdtemp` for this process, `Requests-<uid>-XXXXXX`, is used instead; the taken
+    /// name is left alone. Checked at each call, so that a folder removed meanwhile is made again.
+    static func requestsFolder() throws -> URL {
+        let temporary = FileManager.default.temporaryDirectory
+        let shared = temporary.appendingPathComponent("Requests-\(getuid())", isDirectory: true)
+        if let folder = try? ensure(shared) { return folder }
+        return try fallback(in: temporary)
+    }
+
+    private static let lock = NSLock()
+    /// The `mkdtemp` folder of this process, per temporary directory. Guarded by `lock`.
+    nonisolated(unsafe) private static var fallbacks: [String: URL] = [:]
+
+    /// This process's own folder in `temporary`, made by `mkdtemp` (mode `0700`) the first time, and again if it
+    /// was removed or replaced.
+    private static func fallback(in temporary: URL) throws -> URL {
+        try lock.withLock {
+            if let folder = fallbacks[temporary.path], (try? ensure(folder)) != nil { return folder }
+            var template = Array(temporary.appendingPathComponent("Requests-\(getuid())-XXXXXX").path.utf8CString)
+            let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkdtemp($0) != nil } ?? false }
+            guard made else { throw Refusal.failed(call: "mkdtemp", path: temporary.path, errno: errno) }
+            let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let folder = try ensure(URL(fileURLWithPath: path, isDirectory: true))
+            fallbacks[temporary.path] = folder
+            return folder
         }
-        var bytes = [UInt8](repeating: 0, count: expectedSize)
-        let count = bytes.withUnsafeMutableBytes { Foundation.read(descriptor, $0.baseAddress, expectedSize) }
-        guard count == expectedSize else { throw PrivateFileError.system(errno, url) }
-        return bytes
+    }
+
+    /// Whether `info` is a folder of this user with mode `0700`.
+    private static func isPrivate(_ info: stat) -> Bool {
+        info.st_mode & mode_t(S_IFMT) == mode_t(S_IFDIR) && info.st_uid == getuid() && info.st_mode & 0o7777 == 0o700
+    }
+
+    /// Creates the file `url` (see ``createFile(at:)``) holding `bytes`; a file that could not be written whole is
+    /// removed.
+    static func write(_ bytes: Data, to url: URL) throws {
+        let handle = try createFile(at: url)
+        do {
+            try handle.write(contentsOf: bytes)
+            try handle.close()
+        } catch {
+            try? handle.close()
+            removeFile(at: url)
+            throw error
+        }
+    }
+
+    /// The contents of `url` if it is a regular file of this user (opened without following a link) of exactly
+    /// `expectedSize` bytes; else throws.
+    static func readOwnFile(_ url: URL, expectedSize: Int) throws -> Data {
+        let descriptor = open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw Refusal.failed(call: "open", path: url.path, errno: errno) }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw Refusal.failed(call: "fstat", path: url.path, errno: errno) }
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), Int(info.st_size) == expectedSize else {
+            throw Refusal.notAFolder(path: url.path)
+        }
+        guard info.st_uid == getuid() else { throw Refusal.notOwned(path: url.path, owner: UInt32(info.st_uid)) }
+        let data = try handle.read(upToCount: expectedSize) ?? Data()
+        guard data.count == expectedSize else { throw Refusal.failed(call: "read", path: url.path, errno: EIO) }
+        return data
     }
 }

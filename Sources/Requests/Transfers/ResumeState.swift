@@ -41,12 +41,16 @@ public struct ResumeState: Codable, Sendable, Hashable {
     public let bytesReceived: Int64
     /// Its full length, when the server said.
     public let expectedLength: Int64?
-    /// The file holding the first ``bytesReceived`` bytes. Requests owns it: resuming moves it to the destination
-    /// or removes it; call ``discard()`` to give up on it. A stored state is untrusted input: Requests resumes (or
-    /// discards) only a regular file of this user, not a link, named as Requests names them (`Requests-download-`
-    /// and a UUID), in the current temporary directory, with counts that make sense (``bytesReceived`` above zero,
-    /// ``expectedLength`` not below it). Any other state starts the download from zero and touches no file. A file
-    /// shorter than ``bytesReceived`` resumes from the bytes it still has.
+    /// The file holding the first ``bytesReceived`` bytes, mode `0600`, in Requests' private folder
+    /// (`Requests-<uid>`, mode `0700`, in the temporary directory). Requests owns it: resuming moves it to the
+    /// destination or removes it; call ``discard()`` to give up on it. A stored state is untrusted input: only the
+    /// file's *name* is taken from it, and Requests resumes (or discards) only a file of that name in its private
+    /// folder (checked first: a real folder, not a link, of this user), if the name is one Requests gives
+    /// (`Requests-download-` and a UUID) and the file is a regular file of this user, not a link, and if the counts
+    /// make sense (``bytesReceived`` above zero, ``expectedLength`` not below it). Any other state starts the
+    /// download from zero in a fresh file, touches no file, and is told to monitors as
+    /// ``RequestNotice/resumeStateRefused(reason:)``. A file shorter than ``bytesReceived`` resumes from the bytes
+    /// it still has.
     public let partialFile: URL
     /// Where the download was to go, if its request said.
     public let destination: URL?
@@ -64,7 +68,7 @@ public struct ResumeState: Codable, Sendable, Hashable {
     /// Removes the partial file, for a download you will not resume. Only a file Requests made for a download is
     /// removed (see ``partialFile``): a state edited to name another file or a folder removes nothing.
     public func discard() {
-        if let own = PartialFile(trusting: self) { try? FileManager.default.removeItem(at: own.file) }
+        if let own = PartialFile(trusting: self) { PrivateFolder.removeFile(at: own.file) }
     }
 }
 
@@ -119,31 +123,47 @@ public enum DownloadError: Error, Equatable, CustomStringConvertible {
 }
 
 extension PartialFile {
-    /// The prefix of the files Requests writes a download into, in the temporary directory, before a UUID.
+    /// The prefix of the files Requests writes a download into, in its private folder, before a UUID.
     static let namePrefix = "Requests-download-"
 
-    /// A fresh file for a download's body, of Requests' own naming.
-    static func freshFile() -> URL {
-        FileManager.default.temporaryDirectory.appendingPathComponent(namePrefix + UUID().uuidString)
+    /// A fresh name for a download's body, of Requests' own naming, in its private folder (see
+    /// `PrivateFolder.requestsFolder()`, made if missing); the file is made `0600` by the first write.
+    static func freshFile() throws -> URL {
+        try PrivateFolder.requestsFolder().appendingPathComponent(namePrefix + UUID().uuidString)
+    }
+
+    /// Why a ``ResumeState`` was not trusted: the reason told to monitors
+    /// (``RequestNotice/resumeStateRefused(reason:)``).
+    struct Refusal: Error, Equatable {
+        let reason: String
+
+        static let counts = Refusal(reason: "counts make no sense")
+        static let notOurs = Refusal(reason: "not a partial file of this user made by Requests")
+        static let gone = Refusal(reason: "the partial file is gone")
     }
 
     /// The bytes `state` describes, if they may be continued; `nil` for a state that fails a check (see
-    /// ``ResumeState/partialFile``). Only the file's name is taken from the state, and only if it is one Requests
-    /// gives: the file is looked for in the current temporary directory, so no state can point elsewhere.
+    /// ``ResumeState/partialFile``).
     init?(trusting state: ResumeState) {
-        let name = state.partialFile.lastPathComponent
-        guard state.partialFile.isFileURL, state.bytesReceived > 0, (state.expectedLength ?? .max) >= state.bytesReceived,
-            name.hasPrefix(Self.namePrefix), UUID(uuidString: String(name.dropFirst(Self.namePrefix.count))) != nil
-        else { return nil }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent(name)
-        guard Self.isOwnRegularFile(file) else { return nil }
-        self.init(file: file, bytes: state.bytesReceived, validator: state.validator, expectedLength: state.expectedLength)
+        guard case let .success(partial) = Self.trusting(state) else { return nil }
+        self = partial
     }
 
-    /// Whether `file` is a regular file (not a link, a folder or a device) of this process's user.
-    private static func isOwnRegularFile(_ file: URL) -> Bool {
+    /// The bytes `state` describes, or why they may not be continued. Only the file's name is taken from the
+    /// state, and only if it is one Requests gives: the file is looked for in Requests' private folder (checked
+    /// as it is before any use), so no state can point elsewhere.
+    static func trusting(_ state: ResumeState) -> Result<PartialFile, Refusal> {
+        guard state.bytesReceived > 0, (state.expectedLength ?? .max) >= state.bytesReceived else { return .failure(.counts) }
+        let name = state.partialFile.lastPathComponent
+        guard state.partialFile.isFileURL, name.hasPrefix(Self.namePrefix), UUID(uuidString: String(name.dropFirst(Self.namePrefix.count))) != nil,
+            let folder = try? PrivateFolder.requestsFolder()
+        else { return .failure(.notOurs) }
+        let file = folder.appendingPathComponent(name)
         var info = stat()
-        return lstat(file.path, &info) == 0 && info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG) && info.st_uid == getuid()
+        guard lstat(file.path, &info) == 0 else { return .failure(.gone) }
+        // A regular file (not a link, a folder or a device) of this process's user.
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), info.st_uid == getuid() else { return .failure(.notOurs) }
+        return .success(PartialFile(file: file, bytes: state.bytesReceived, validator: state.validator, expectedLength: state.expectedLength))
     }
 }
 

@@ -512,8 +512,8 @@ final class ResumableDownloadTests: XCTestCase {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let victim = folder.appendingPathComponent("victim.bin")
         try Data(repeating: 7, count: 400_000).write(to: victim)
-        // Named exactly as Requests names its partial files.
-        let link = FileManager.default.temporaryDirectory.appendingPathComponent("Requests-download-\(UUID().uuidString)")
+        // Named exactly as Requests names its partial files, where it keeps them.
+        let link = try PrivateFolder.requestsFolder().appendingPathComponent("Requests-download-\(UUID().uuidString)")
         try FileManager.default.createSymbolicLink(at: link, withDestinationURL: victim)
         defer { try? FileManager.default.removeItem(at: link) }
 

@@ -2,7 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
-import Requests
+@testable import Requests
 import RequestsTestServer
 import XCTest
 
@@ -43,11 +43,13 @@ struct SinkReport: Decodable, Equatable {
     let crc32: String
 }
 
-/// The temporary files a download can leave: Foundation's `<UUID>.tmp` and Requests' staged files.
+/// The temporary files a download can leave: Foundation's `<UUID>.tmp` and Requests' staged files (in the
+/// temporary directory, and in Requests' private folder there, where its partial files are).
 func transferLeftovers() -> Set<String> {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())) ?? []
+    let own = (try? PrivateFolder.requestsFolder()).flatMap { try? FileManager.default.contentsOfDirectory(atPath: $0.path) } ?? []
     return Set(
-        names.filter { name in
+        (names + own).filter { name in
             name.hasPrefix("Requests-download-") || (name.hasSuffix(".tmp") && UUID(uuidString: String(name.dropLast(4))) != nil)
         })
 }

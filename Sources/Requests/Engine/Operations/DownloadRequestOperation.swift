@@ -28,6 +28,8 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     private var keepsPartialFileOnCancel = false
     private var resumeDestination: URL?
     private var storedResumeState: ResumeState?
+    /// Why the ``ResumeState`` the operation was given was refused, until the first attempt tells monitors.
+    private var refusal: PartialFile.Refusal?
 
     /// Where the download stands, once it has failed or been cancelled with its bytes kept (see
     /// `addRequest(_:resumingFrom:…)` and ``cancel(producingResumeState:)``); `nil` otherwise, and when nothing
@@ -44,11 +46,18 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         cancel()
     }
 
-    /// Makes the operation continue `state` (if any) and keep its bytes when it fails. Call before it starts.
+    /// Makes the operation continue `state` (if any) and keep its bytes when it fails. Call before it starts. A
+    /// state that fails a check (`PartialFile.trusting(_:)`) is not used: the download starts from zero, and the
+    /// first attempt tells monitors why.
     func resume(from state: ResumeState?) {
+        let trusted = state.map(PartialFile.trusting)
         withLock {
             keepsPartialFile = true
-            partial = state.flatMap(PartialFile.init(trusting:))
+            switch trusted {
+            case let .success(file)?: partial = file
+            case let .failure(refused)?: refusal = refused
+            case nil: break
+            }
         }
     }
 
@@ -68,13 +77,19 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             urlRequest.setValue("bytes=\(resumable.bytes)-", forHTTPHeaderField: "Range")
             urlRequest.setValue(resumable.validator.headerValue, forHTTPHeaderField: "If-Range")
         }
-        return ifNotCompleted {
+        let sent = urlRequest
+        let prepared = ifNotCompleted { () -> (StatusRule, PartialFile.Refusal?, RequestAttempt) in
             if let partial, partial.file != resumable?.file {
-                try? FileManager.default.removeItem(at: partial.file)
+                PrivateFolder.removeFile(at: partial.file)
             }
             (partial, resumeDestination) = (resumable, destination)
-            return StatusRule(partialContinuesWhole: resumable != nil)
+            return (StatusRule(partialContinuesWhole: resumable != nil), refusal.take(), currentAttempt(sending: sent))
         }
+        guard let (rule, refused, attempt) = prepared else { return nil }
+        if let refused {
+            emit(.notice(attempt, .resumeStateRefused(reason: refused.reason)))
+        }
+        return rule
     }
 
     /// `partial` as the next attempt can continue it: cut to the bytes that are really on disk (someone may have
@@ -99,7 +114,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
 
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
         let resuming = withLock { run.statusRule.partialContinuesWhole ? partial : nil }
-        let file = PartialFile.freshFile()
+        let file = try PartialFile.freshFile()
         let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)
         withLock { self.transfer = transfer }
         return TransferSession.task(on: session, handler: transfer) { $0.dataTask(with: urlRequest) }
@@ -119,7 +134,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     override func transferVerdict(after failure: Error?) -> TransferVerdict<URL> {
         guard case .rangeMismatch? = failure as? DownloadError else { return .policies }
         withLock {
-            if let partial { try? FileManager.default.removeItem(at: partial.file) }
+            if let partial { PrivateFolder.removeFile(at: partial.file) }
             partial = nil
         }
         return .again(.rangeRestart, delay: 0)
@@ -143,7 +158,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
             )
             return nil
         }
-        if let discarded { try? FileManager.default.removeItem(at: discarded) }
+        if let discarded { PrivateFolder.removeFile(at: discarded) }
         super.willDeliver(error, then: runCompletion)
     }
 }

@@ -12,6 +12,9 @@ import Foundation
 /// it with a fresh file; any other status goes to a fresh file and leaves it alone. A `206` that does not fit, and
 /// a `416`, end the attempt with ``DownloadError/rangeMismatch(contentRange:status:)``.
 ///
+/// A fresh file is created `0600`, exclusively and without following a link (`PrivateFolder.createFile(at:)`), in
+/// Requests' private folder.
+///
 /// The file is handed to the operation with a complete body. Otherwise the operation calls ``detach()``, which
 /// stops the writes and says what is left on disk to resume from, removing what is of no use.
 final class FileSink: TransferSink, @unchecked Sendable {
@@ -45,7 +48,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
     deinit {
         // Never detached (the operation always detaches; this is a safety net): the attempt's own file goes.
         if !isDetached, !isHandedOver, let target, target != resuming?.file {
-            try? FileManager.default.removeItem(at: target)
+            PrivateFolder.removeFile(at: target)
         }
     }
 
@@ -101,7 +104,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
             if replacesResumed { keepsResumed = false }
         }
         if replacesResumed, let resuming {
-            try? FileManager.default.removeItem(at: resuming.file)
+            PrivateFolder.removeFile(at: resuming.file)
         }
         if offset > 0 {
             progressCallbacks?.transferred(completed: offset, expected: total)
@@ -134,11 +137,10 @@ final class FileSink: TransferSink, @unchecked Sendable {
     private func write(_ data: Data) throws {
         if handle == nil {
             let file = target ?? freshFile
-            guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
-                throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
-            }
+            // A file that could not be created is not this attempt's: nothing will remove it.
+            target = nil
+            handle = try PrivateFolder.createFile(at: file)
             target = file
-            handle = try FileHandle(forWritingTo: file)
         }
         try handle?.write(contentsOf: data)
     }
@@ -165,9 +167,13 @@ final class FileSink: TransferSink, @unchecked Sendable {
             return
         }
         // An empty body never created the file.
-        guard FileManager.default.fileExists(atPath: file.path) || FileManager.default.createFile(atPath: file.path, contents: nil) else {
-            finish(body: .data(Data()), response: response, error: CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path]))
-            return
+        if !FileManager.default.fileExists(atPath: file.path) {
+            do {
+                try PrivateFolder.createFile(at: file).close()
+            } catch {
+                finish(body: .data(Data()), response: response, error: error)
+                return
+            }
         }
         finish(body: .file(file), response: response, error: nil)
     }
@@ -206,10 +212,10 @@ final class FileSink: TransferSink, @unchecked Sendable {
         } else if let validator, size > 0 {
             left = PartialFile(file: target, bytes: size, validator: validator, expectedLength: expected > 0 ? expected : nil)
         } else {
-            try? FileManager.default.removeItem(at: target)
+            PrivateFolder.removeFile(at: target)
             return left
         }
-        if left == nil { try? FileManager.default.removeItem(at: target) }
+        if left == nil { PrivateFolder.removeFile(at: target) }
         return left
     }
 

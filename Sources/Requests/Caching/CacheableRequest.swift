@@ -15,9 +15,10 @@ struct CacheableRequest {
     let url: URL
     /// The session's `httpAdditionalHeaders`, which the request's own headers override.
     private let sessionHeaders: [AnyHashable: Any]
-    /// The cookie store's cookies for the URL, as a `Cookie` header, read when the request is planned: the answer
-    /// may set cookies before the entry is stored, and the entry is for the cookies that were sent.
-    private let storedCookies: String?
+    /// The cookie store's cookies for the URL, as a `Cookie` header: read when first needed (a hit on an entry that
+    /// does not vary on cookies never reads them), and at the latest when the request is sent (see
+    /// ``snapshotCookies()``), because the answer may set cookies before the entry is stored.
+    private let cookies: CookieSnapshot?
     /// The session's credential storage, which the transport may answer a challenge from (and, on Apple platforms,
     /// send a credential from unasked).
     private let credentialStorage: URLCredentialStorage?
@@ -31,8 +32,7 @@ struct CacheableRequest {
         self.url = bare
         let facts = session.map(SessionFacts.of) ?? SessionFacts(nil)
         sessionHeaders = facts.additionalHeaders
-        let cookies = request.httpShouldHandleCookies ? facts.cookieStorage?.cookies(for: url) ?? [] : []
-        storedCookies = cookies.isEmpty ? nil : HTTPCookie.requestHeaderFields(with: cookies)["Cookie"]
+        cookies = request.httpShouldHandleCookies ? facts.cookieStorage.map { CookieSnapshot($0, url: url) } : nil
         credentialStorage = facts.credentialStorage
     }
 
@@ -52,8 +52,13 @@ struct CacheableRequest {
     func sentValue(_ name: String) -> String? {
         let own = request.value(forHTTPHeaderField: name)
             ?? sessionHeaders.first { ($0.key as? String)?.caseInsensitiveCompare(name) == .orderedSame }?.value as? String
-        guard let storedCookies, name.caseInsensitiveCompare("Cookie") == .orderedSame else { return own }
+        guard name.caseInsensitiveCompare("Cookie") == .orderedSame, let storedCookies = cookies?.header else { return own }
         return own.map { "\($0); \(storedCookies)" } ?? storedCookies
+    }
+
+    /// Reads the cookies the request is sent with, before it is sent.
+    func snapshotCookies() {
+        _ = cookies?.header
     }
 
     /// What identifies the request's sender to the server, or "" for none: the credential headers as sent and
@@ -118,5 +123,26 @@ private struct SessionFacts {
             memos[id] = memo
         }
         return memo.facts
+    }
+}
+
+/// The cookies of a cookie storage for a URL as a `Cookie` header, read once, when first asked for. Used by one
+/// thread at a time (the operation's steps follow each other).
+private final class CookieSnapshot: @unchecked Sendable {
+    private let storage: HTTPCookieStorage
+    private let url: URL
+    private var read: String??
+
+    init(_ storage: HTTPCookieStorage, url: URL) {
+        self.storage = storage
+        self.url = url
+    }
+
+    var header: String? {
+        if let read { return read }
+        let cookies = storage.cookies(for: url) ?? []
+        let header = cookies.isEmpty ? nil : HTTPCookie.requestHeaderFields(with: cookies)["Cookie"]
+        read = .some(header)
+        return header
     }
 }

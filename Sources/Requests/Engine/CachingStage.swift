@@ -52,6 +52,7 @@ extension NetworkRequestOperation {
             return .fail(ResponseCacheError.notCached(urlRequest.url))
         }
         let conditional = entry?.conditional(urlRequest)
+        cacheable?.snapshotCookies()
         return .send(
             conditional ?? urlRequest, cached: CachedAttempt(cache: cache, request: cacheable, entry: conditional == nil ? nil : entry, requestTime: now))
     }

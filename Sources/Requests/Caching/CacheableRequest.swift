@@ -50,7 +50,8 @@ struct CacheableRequest {
     /// The value of header `name` as the request goes out: the request's own, else the session's; for `Cookie`,
     /// with the cookie storage's cookies for the URL added.
     func sentValue(_ name: String) -> String? {
-        let own = request.value(forHTTPHeaderField: name)
+        let own =
+            request.value(forHTTPHeaderField: name)
             ?? sessionHeaders.first { ($0.key as? String)?.caseInsensitiveCompare(name) == .orderedSame }?.value as? String
         guard name.caseInsensitiveCompare("Cookie") == .orderedSame, let storedCookies = cookies?.header else { return own }
         return own.map { "\($0); \(storedCookies)" } ?? storedCookies

@@ -187,4 +187,3 @@ public enum ResponseCacheError: Error, Equatable, CustomStringConvertible {
         }
     }
 }
-

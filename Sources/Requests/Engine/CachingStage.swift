@@ -109,7 +109,8 @@ extension NetworkRequestOperation {
             return
         }
         let refusal =
-            redirects > 0 ? "it arrived through a redirect, from another URL than the one requested"
+            redirects > 0
+            ? "it arrived through a redirect, from another URL than the one requested"
             : answeredChallenge ? "the transport answered an authentication challenge with a credential the request did not show" : nil
         if http.statusCode == 304, let entry = cached.entry {
             let newTag = http.value(forHTTPHeaderField: "ETag")

@@ -73,7 +73,14 @@ final class HTTPAuthenticationChallengeTests: XCTestCase {
     func testTheStoredCredentialIsSentOnceAndAWrongOneEndsWithThe401() throws {
         // Given the session's credential storage with the right credential for one route's realm, and a wrong one
         // for another's (each route has a realm of its own, so that nothing stored for one can answer the other)
-        let storage = try XCTUnwrap(testSession.configuration.urlCredentialStorage)
+        // (A session of its own: a credential left in the shared test session's storage would turn the response cache
+        // off for the test server in every later test, as it must for a session whose storage may add credentials.)
+        let storage = URLCredentialStorage()
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.urlCredentialStorage = storage
+        let session = URLSession(configuration: configuration)
+        defer { session.finishTasksAndInvalidate() }
         let wrongCredential = URLCredential(user: "ada", password: "guess", persistence: .forSession)
         var urls: [URL] = []
         for credential in [goodCredential, wrongCredential] {
@@ -89,8 +96,8 @@ final class HTTPAuthenticationChallengeTests: XCTestCase {
         }
 
         // When each is requested
-        let accepted = get(urls[0], on: testSession)
-        let refused = get(urls[1], on: testSession)
+        let accepted = get(urls[0], on: session)
+        let refused = get(urls[1], on: session)
 
         // Then the right one gets in, and the wrong one ends with the 401 instead of being sent again and again
         XCTAssertEqual(try accepted?.get(), Data("welcome".utf8))

@@ -8,7 +8,7 @@ extension CacheStorage {
     /// Where a file's header starts: "RQCS", so a foreign file in the directory is never taken for an entry.
     static let magic: [UInt8] = [0x52, 0x51, 0x43, 0x53]
     /// The format of the header; bumped when it changes, so files from another version are misses, not garbage.
-    static let formatVersion: UInt8 = 1
+    static let formatVersion: UInt8 = 2
     /// Magic (4) + version (1) + key length (UInt32, 4) + body length (UInt64, 8), before the key's bytes.
     static let fixedHeaderLength = 4 + 1 + 4 + 8
 

@@ -99,7 +99,8 @@ final class CacheStorage: @unchecked Sendable {
         guard let directory, let stamp else { return nil }
 
         let fileURL = directory.appendingPathComponent(fileName, isDirectory: false)
-        let value = (try? Data(contentsOf: fileURL)).flatMap { Self.decode($0, expectedKey: key) }
+        // Only a file of this user, not a link: a folder swapped under the cache holds nothing it will read.
+        let value = (try? PrivateFolder.readOwnFile(fileURL)).flatMap { Self.decode($0, expectedKey: key) }
 
         let unchanged = lock.withLock {
             // Only a file that is still the one looked up may be removed or promoted: if a write or removal came in

@@ -5,7 +5,6 @@ import Foundation
 
 /// A stored response, with what freshness needs: when it was requested and received.
 struct CachedResponse: Codable, Equatable {
-    var url: URL
     var status: Int
     /// Header names as received.
     var headers: [String: String]
@@ -24,7 +23,7 @@ struct CachedResponse: Codable, Equatable {
 
     /// The entry for `response`, stored under `url`, without its `Vary` values (the cache adds them). `Set-Cookie`
     /// is not kept: a cookie is the transport's to store, never the cache's to write to disk or to replay.
-    init(body: Data, response: HTTPURLResponse, url: URL, requestTime: Date, responseTime: Date) {
+    init(body: Data, response: HTTPURLResponse, requestTime: Date, responseTime: Date) {
         var headers: [String: String] = [:]
         var setsCookies = false
         for (name, value) in response.allHeaderFields {
@@ -35,7 +34,6 @@ struct CachedResponse: Codable, Equatable {
                 headers[name] = value
             }
         }
-        self.url = url
         status = response.statusCode
         self.headers = headers
         self.body = body
@@ -64,16 +62,19 @@ struct CachedResponse: Codable, Equatable {
     }
 
     /// The request headers the entry is chosen by, lowercased: those `Vary` names, and `Cookie` when the response
-    /// set cookies (its body may depend on them, and the next request carries them).
+    /// set cookies or is `private` (its body is the user's, and a cookie may be what says who the user is).
     var varyNames: [String] {
         let vary = header("Vary") ?? ""
         let names = vary.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
-        return setsCookies && !names.contains("cookie") ? names + ["cookie"] : names
+        let userSpecific = setsCookies || cacheControl["private"] != nil
+        return userSpecific && !names.contains("cookie") ? names + ["cookie"] : names
     }
 
     /// RFC 9111 §3, for a private cache.
     func isStorable(for request: URLRequest) -> Bool {
-        let storableStatus: Set<Int> = [200, 203, 204, 300, 301, 404, 405, 410, 414]
+        // No 300 or 301: a stored redirect would answer a request whose policy follows it (or one whose policy
+        // refuses it, differently) without that policy's ruling.
+        let storableStatus: Set<Int> = [200, 203, 204, 404, 405, 410, 414]
         let response = cacheControl
         let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
         guard storableStatus.contains(status), response["no-store"] == nil, requestDirectives["no-store"] == nil,
@@ -148,6 +149,11 @@ struct CachedResponse: Codable, Equatable {
         let framing: Set<String> = ["content-length", "content-encoding", "transfer-encoding", "content-range", "connection", "keep-alive"]
         for (name, value) in notModified.allHeaderFields {
             guard let name = name as? String, let value = value as? String, !framing.contains(name.lowercased()) else { continue }
+            // As when stored: a cookie is never kept, and the entry now varies on the cookies sent.
+            if Self.cookieSetters.contains(name.lowercased()) {
+                entry.setsCookies = true
+                continue
+            }
             if let existing = entry.headers.keys.first(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
                 entry.headers[existing] = nil
             }
@@ -160,14 +166,15 @@ struct CachedResponse: Codable, Equatable {
     }
 
     /// The response to hand to the status check and `processResponse`.
-    func httpResponse() -> HTTPURLResponse? {
+    /// The URL is the request's: no URL is kept in the entry, so none (with its query) is written to disk.
+    func httpResponse(for url: URL) -> HTTPURLResponse? {
         HTTPURLResponse(url: url, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)
     }
 
     // MARK: - Serialized form: the JSON of everything but the body, its length, then the body as is.
 
     private enum CodingKeys: String, CodingKey {
-        case url, status, headers, requestTime, responseTime, varyValues, setsCookies, date, expires
+        case status, headers, requestTime, responseTime, varyValues, setsCookies, date, expires
     }
 
     func serialized() -> Data {
@@ -201,7 +208,8 @@ enum CacheControl {
             let pieces = part.split(separator: "=", maxSplits: 1)
             guard let name = pieces.first?.trimmingCharacters(in: .whitespaces).lowercased(), !name.isEmpty else { continue }
             let argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : ""
-            directives[name] = argument
+            // RFC 9111 §4.2.1: of a directive given twice (`max-age=0, max-age=600`), the first counts.
+            if directives[name] == nil { directives[name] = argument }
         }
         return directives
     }

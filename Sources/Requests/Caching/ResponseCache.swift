@@ -12,7 +12,7 @@ import Foundation
 /// ``NetworkRequest/responseCache``; choose per request how it is used with ``NetworkRequest/cacheUse``.
 /// Downloads, uploads and streams do not use it.
 ///
-/// What is stored: responses to `GET` and `HEAD` with status 200, 203, 204, 300, 301, 404, 405, 410 or 414 that
+/// What is stored: responses to `GET` and `HEAD` with status 200, 203, 204, 404, 405, 410 or 414 (no redirect: it would bypass the redirect policy) that
 /// have a freshness lifetime (`Cache-Control: max-age`, `Expires`) or a validator (`ETag`, `Last-Modified`), and
 /// fit in ``maximumEntrySize`` (headers included). Never a response with `no-store` (in the request or the response)
 /// or `Vary: *`, one that arrived through a redirect, or one that owes something to a credential the transport may
@@ -59,7 +59,7 @@ public final class ResponseCache: @unchecked Sendable {
     /// Removes what is stored for `request`'s URL, for `GET` and `HEAD`.
     public func removeResponses(for url: URL) {
         guard let url = CacheableRequest.bare(url) else { return }
-        ["GET", "HEAD"].forEach { storage.removeData(forKey: Self.key(method: $0, url: url)) }
+        ["GET", "HEAD"].forEach { storage.removeData(forKey: key(method: $0, url: url)) }
     }
 
     // MARK: - For the operation
@@ -68,9 +68,10 @@ public final class ResponseCache: @unchecked Sendable {
     /// request carried ("" for none): it never matches a header a request can send.
     static let credentialPartition = ":credential"
 
-    /// One entry per method and URL (without user info): no secret is ever part of a key.
-    static func key(method: String, url: URL) -> String {
-        "\(method) \(url.absoluteString)"
+    /// One entry per method and URL (without user info), named by the URL's keyed digest: no URL (nor a token in
+    /// its query) is written to disk.
+    func key(method: String, url: URL) -> String {
+        "\(method) \(SHA256.hexHMAC(key: storage.partitionKey, message: Data(url.absoluteString.utf8)))"
     }
 
     /// The keyed digest of a request value: what entries hold of `Vary` values and credentials, so that no header
@@ -91,7 +92,7 @@ public final class ResponseCache: @unchecked Sendable {
 
     /// The stored response for `request`, if it was stored for the same credential and `Vary` values.
     func entry(for request: CacheableRequest) -> CachedResponse? {
-        guard let data = storage.data(forKey: Self.key(method: request.method, url: request.url)),
+        guard let data = storage.data(forKey: key(method: request.method, url: request.url)),
             let entry = CachedResponse(serialized: data), entry.varyValues[Self.credentialPartition] != nil,
             partition(of: request, varyNames: Array(entry.varyValues.keys)) == entry.varyValues
         else { return nil }
@@ -113,7 +114,7 @@ public final class ResponseCache: @unchecked Sendable {
     func store(
         _ body: Data, response: HTTPURLResponse, for request: CacheableRequest, requestTime: Date, responseTime: Date, refusing refusal: String?
     ) -> StoreOutcome {
-        var entry = CachedResponse(body: body, response: response, url: request.url, requestTime: requestTime, responseTime: responseTime)
+        var entry = CachedResponse(body: body, response: response, requestTime: requestTime, responseTime: responseTime)
         guard body.count <= maximumEntrySize, entry.isStorable(for: request.request) else { return .notStorable }
         if let refusal { return .refused(refusal) }
         if request.transportMayAddCredential {
@@ -122,17 +123,27 @@ public final class ResponseCache: @unchecked Sendable {
         entry.varyValues = partition(of: request, varyNames: entry.varyNames)
         let serialized = entry.serialized()
         guard serialized.count <= maximumEntrySize else { return .notStorable }
-        storage.setData(serialized, forKey: Self.key(method: request.method, url: request.url))
+        storage.setData(serialized, forKey: key(method: request.method, url: request.url))
         return .stored
     }
 
-    /// Replaces the stored entry for `request` (after a `304` refreshed its headers).
+    /// Replaces the stored entry for `request` with `entry`, after a `304` refreshed its headers: its partition is
+    /// taken again (the `304` may name other `Vary` headers, or set cookies), and an entry that no longer fits in
+    /// ``maximumEntrySize``, or now says `Vary: *` or `no-store`, is removed instead.
     func replace(_ entry: CachedResponse, for request: CacheableRequest) {
-        storage.setData(entry.serialized(), forKey: Self.key(method: request.method, url: request.url))
+        var entry = entry
+        entry.varyValues = partition(of: request, varyNames: entry.varyNames)
+        let key = key(method: request.method, url: request.url)
+        let serialized = entry.serialized()
+        guard serialized.count <= maximumEntrySize, !entry.varyNames.contains("*"), entry.cacheControl["no-store"] == nil else {
+            storage.removeData(forKey: key)
+            return
+        }
+        storage.setData(serialized, forKey: key)
     }
 
     func remove(for request: CacheableRequest) {
-        storage.removeData(forKey: Self.key(method: request.method, url: request.url))
+        storage.removeData(forKey: key(method: request.method, url: request.url))
     }
 
     /// After a successful unsafe request, what is stored for its URL is out of date (RFC 9111 §4.4).

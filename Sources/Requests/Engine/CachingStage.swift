@@ -79,7 +79,7 @@ extension NetworkRequestOperation {
 
     /// Answers the attempt with `entry`, without the network.
     private func serve(_ entry: CachedResponse, for urlRequest: URLRequest) {
-        guard let response = entry.httpResponse() else {
+        guard let url = urlRequest.url.flatMap(CacheableRequest.bare), let response = entry.httpResponse(for: url) else {
             complete(with: .failure(ResponseCacheError.notCached(urlRequest.url)))
             return
         }
@@ -129,7 +129,7 @@ extension NetworkRequestOperation {
             let refreshed = entry.refreshed(by: http, requestTime: cached.requestTime, responseTime: now)
             cached.cache.replace(refreshed, for: request)
             emit(.cache(attempt, .revalidated))
-            finishAttempt(body: .data(refreshed.body), response: refreshed.httpResponse() ?? http, error: nil)
+            finishAttempt(body: .data(refreshed.body), response: refreshed.httpResponse(for: request.url) ?? http, error: nil)
             return
         }
         switch cached.cache.store(data, response: http, for: request, requestTime: cached.requestTime, responseTime: now, refusing: refusal) {

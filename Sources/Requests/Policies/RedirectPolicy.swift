@@ -112,20 +112,23 @@ extension RedirectPolicy {
         guard Boundary.isSendable(target), let stripped = Boundary.afterRedirect(next, from: previousURL, sensitiveHeaders: sensitiveHeaders) else {
             return .failure(.unsupportedScheme(location))
         }
-        guard hops <= maximumRedirects else { return .failure(.tooManyRedirects(limit: maximumRedirects)) }
+        let followed: URLRequest?
         switch rule {
         case .follow:
-            return .success(stripped)
+            followed = stripped
         case .refuse:
-            return .success(nil)
+            followed = nil
         case .sameOrigin:
-            return .success(Boundary.crossesOrigin(from: previousURL, to: next.url) ? nil : next)
+            followed = Boundary.crossesOrigin(from: previousURL, to: next.url) ? nil : next
         case let .custom(decide):
             guard let decided = decide(stripped, response) else { return .success(nil) }
             guard let allowed = Boundary.afterRedirect(decided, from: previousURL, sensitiveHeaders: sensitiveHeaders) else {
                 return .failure(.unsupportedScheme(decided.url?.absoluteString ?? ""))
             }
-            return .success(allowed)
+            followed = allowed
         }
+        // The limit counts redirects followed: one the rule does not follow is the response, whatever the limit.
+        guard followed == nil || hops <= maximumRedirects else { return .failure(.tooManyRedirects(limit: maximumRedirects)) }
+        return .success(followed)
     }
 }

@@ -129,20 +129,35 @@ enum PrivateFolder {
         }
     }
 
-    /// The contents of `url` if it is a regular file of this user (opened without following a link) of exactly
-    /// `expectedSize` bytes; else throws.
-    static func readOwnFile(_ url: URL, expectedSize: Int) throws -> Data {
+    /// Opens the existing file `url` for writing, only if it is a regular file of this user with one name: opened
+    /// without following a link, and checked on the open descriptor, so that nothing put in its place after an
+    /// earlier check is written to.
+    static func openOwnFile(forWriting url: URL) throws -> FileHandle {
+        let descriptor = open(url.path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw Refusal.failed(call: "open", path: url.path, errno: errno) }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw Refusal.failed(call: "fstat", path: url.path, errno: errno) }
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), info.st_nlink == 1 else { throw Refusal.notAFolder(path: url.path) }
+        guard info.st_uid == getuid() else { throw Refusal.notOwned(path: url.path, owner: UInt32(info.st_uid)) }
+        return handle
+    }
+
+    /// The contents of `url` if it is a regular file of this user (opened without following a link) with one name
+    /// (not a hard link to another file), of exactly `expectedSize` bytes if given; else throws.
+    static func readOwnFile(_ url: URL, expectedSize: Int? = nil) throws -> Data {
         let descriptor = open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else { throw Refusal.failed(call: "open", path: url.path, errno: errno) }
         let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { throw Refusal.failed(call: "fstat", path: url.path, errno: errno) }
-        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), Int(info.st_size) == expectedSize else {
+        let size = Int(info.st_size)
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), info.st_nlink == 1, size == (expectedSize ?? size) else {
             throw Refusal.notAFolder(path: url.path)
         }
         guard info.st_uid == getuid() else { throw Refusal.notOwned(path: url.path, owner: UInt32(info.st_uid)) }
-        let data = try handle.read(upToCount: expectedSize) ?? Data()
-        guard data.count == expectedSize else { throw Refusal.failed(call: "read", path: url.path, errno: EIO) }
+        let data = size == 0 ? Data() : try handle.read(upToCount: size) ?? Data()
+        guard data.count == size else { throw Refusal.failed(call: "read", path: url.path, errno: EIO) }
         return data
     }
 }

@@ -140,6 +140,21 @@ extension PartialFile {
         static let counts = Refusal(reason: "counts make no sense")
         static let notOurs = Refusal(reason: "not a partial file of this user made by Requests")
         static let gone = Refusal(reason: "the partial file is gone")
+        static let inUse = Refusal(reason: "another download is continuing the same partial file")
+    }
+
+    private static let claimsLock = NSLock()
+    nonisolated(unsafe) private static var claims: Set<String> = []
+
+    /// Claims `file` for one download until ``release(_:)``: `false` if another download of this process holds it
+    /// (two resumes of one state would write into one file).
+    static func claim(_ file: URL) -> Bool {
+        claimsLock.withLock { claims.insert(file.lastPathComponent).inserted }
+    }
+
+    /// Lets another download continue `file`.
+    static func release(_ file: URL) {
+        _ = claimsLock.withLock { claims.remove(file.lastPathComponent) }
     }
 
     /// The bytes `state` describes, if they may be continued; `nil` for a state that fails a check (see
@@ -162,7 +177,8 @@ extension PartialFile {
         var info = stat()
         guard lstat(file.path, &info) == 0 else { return .failure(.gone) }
         // A regular file (not a link, a folder or a device) of this process's user.
-        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), info.st_uid == getuid() else { return .failure(.notOurs) }
+        // A regular file with one name (a hard link would make another file's bytes ours to write) of this user.
+        guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFREG), info.st_nlink == 1, info.st_uid == getuid() else { return .failure(.notOurs) }
         return .success(PartialFile(file: file, bytes: state.bytesReceived, validator: state.validator, expectedLength: state.expectedLength))
     }
 }

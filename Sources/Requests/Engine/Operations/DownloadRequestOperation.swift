@@ -30,6 +30,8 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     private var storedResumeState: ResumeState?
     /// Why the ``ResumeState`` the operation was given was refused, until the first attempt tells monitors.
     private var refusal: PartialFile.Refusal?
+    /// The partial file of the state it continues, which no other download may continue meanwhile, until the outcome.
+    private var claimed: URL?
 
     /// Where the download stands, once it has failed or been cancelled with its bytes kept (see
     /// `addRequest(_:resumingFrom:…)` and ``cancel(producingResumeState:)``); `nil` otherwise, and when nothing
@@ -50,15 +52,23 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     /// state that fails a check (`PartialFile.trusting(_:)`) is not used: the download starts from zero, and the
     /// first attempt tells monitors why.
     func resume(from state: ResumeState?) {
-        let trusted = state.map(PartialFile.trusting)
+        var trusted = state.map(PartialFile.trusting)
+        if case let .success(file)? = trusted, !PartialFile.claim(file.file) {
+            trusted = .failure(.inUse)
+        }
         withLock {
             keepsPartialFile = true
             switch trusted {
-            case let .success(file)?: partial = file
+            case let .success(file)?: (partial, claimed) = (file, file.file)
             case let .failure(refused)?: refusal = refused
             case nil: break
             }
         }
+    }
+
+    deinit {
+        // Released when the outcome is delivered; here too, for an operation that never ran.
+        if let claimed { PartialFile.release(claimed) }
     }
 
     // MARK: - Each attempt
@@ -101,7 +111,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         if let length = partial.expectedLength, bytes >= length { bytes = length - 1 }
         guard bytes > 0 else { return nil }
         do {
-            let handle = try FileHandle(forWritingTo: partial.file)
+            let handle = try PrivateFolder.openOwnFile(forWriting: partial.file)
             defer { try? handle.close() }
             try handle.truncate(atOffset: UInt64(bytes))
         } catch {
@@ -141,6 +151,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
     }
 
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
+        if let claimed = withLock({ claimed.take() }) { PartialFile.release(claimed) }
         let discarded: URL? = withLock {
             let left = transfer.take().map { $0.detach() } ?? partial
             partial = nil

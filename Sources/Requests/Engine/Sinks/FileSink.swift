@@ -90,7 +90,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
         var opened: FileHandle?
         if offset > 0 {
             do {
-                let handle = try FileHandle(forWritingTo: file)
+                let handle = try PrivateFolder.openOwnFile(forWriting: file)
                 try handle.truncate(atOffset: UInt64(offset))
                 try handle.seekToEnd()
                 opened = handle

@@ -61,8 +61,8 @@ final class CacheStorage: @unchecked Sendable {
     private var directoryRefused = false
     /// The last stamp handed out; see ``DiskEntry/stamp``.
     private var lastStamp: UInt64 = 0
-    /// See ``partitionKey``; read or made on first use.
-    private var loadedPartitionKey: [UInt8]?
+    /// See ``keyedDigest``; its key read or made on first use.
+    private var loadedKeyedDigest: KeyedDigest?
 
     /// A storage holding up to `memoryCapacity` bytes in memory and `diskCapacity` bytes in files in `directory`.
     ///
@@ -327,12 +327,13 @@ final class CacheStorage: @unchecked Sendable {
     /// The key of the response cache's digests: 32 random bytes, kept in the directory's `partition-key` file (mode
     /// 0600, a regular file of this user) so that entries written by an earlier run still match; in memory only when
     /// there is no directory or that file cannot be used (entries on disk then never match, and are replaced).
-    var partitionKey: [UInt8] {
+    var keyedDigest: KeyedDigest {
         lock.withLock {
-            if let loadedPartitionKey { return loadedPartitionKey }
+            if let loadedKeyedDigest { return loadedKeyedDigest }
             let key = directory.flatMap(Self.readOrMakePartitionKey) ?? (0..<32).map { _ in UInt8.random(in: .min ... .max) }
-            loadedPartitionKey = key
-            return key
+            let digest = KeyedDigest(key: key)
+            loadedKeyedDigest = digest
+            return digest
         }
     }
 

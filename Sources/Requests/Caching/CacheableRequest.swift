@@ -38,8 +38,9 @@ struct CacheableRequest {
 
     /// `url` without user info and fragment; `nil` if it has no host-based form.
     static func bare(_ url: URL) -> URL? {
-        // Most URLs have neither: they are used as they are, without the cost of `URLComponents`.
-        guard url.user != nil || url.password != nil || url.fragment != nil else { return url }
+        // Most URLs have neither (no "@" or "#" at all): they are used as they are, without the cost of parsing.
+        let text = url.absoluteString
+        guard text.contains("@") || text.contains("#") else { return url }
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
         components.user = nil
         components.password = nil

@@ -71,13 +71,13 @@ public final class ResponseCache: @unchecked Sendable {
     /// One entry per method and URL (without user info), named by the URL's keyed digest: no URL (nor a token in
     /// its query) is written to disk.
     func key(method: String, url: URL) -> String {
-        "\(method) \(SHA256.hexHMAC(key: storage.partitionKey, message: Data(url.absoluteString.utf8)))"
+        "\(method) \(storage.keyedDigest.hex(url.absoluteString))"
     }
 
     /// The keyed digest of a request value: what entries hold of `Vary` values and credentials, so that no header
     /// value is written to disk and none can be guessed from the files without the cache's key.
     func digest(_ value: String) -> String {
-        value.isEmpty ? "" : SHA256.hexHMAC(key: storage.partitionKey, message: Data(value.utf8))
+        value.isEmpty ? "" : storage.keyedDigest.hex(value)
     }
 
     /// What an entry stored for `request` must hold to answer it: the digest of each header its `Vary` names

@@ -110,20 +110,6 @@ struct SHA256 {
         return hex(hasher.finalize())
     }
 
-    /// HMAC-SHA-256 (RFC 2104) of `message` under `key`, as 64 lowercase hexadecimal digits: a digest of a secret
-    /// that cannot be recomputed, or guessed at, without the key.
-    static func hexHMAC(key: [UInt8], message: Data) -> String {
-        var block = key.count > 64 ? Array(SHA256.digest(Data(key))) : key
-        block += [UInt8](repeating: 0, count: 64 - block.count)
-        var inner = SHA256()
-        inner.update(Data(block.map { $0 ^ 0x36 }))
-        inner.update(message)
-        var outer = SHA256()
-        outer.update(Data(block.map { $0 ^ 0x5c }))
-        outer.update(Data(inner.finalize()))
-        return hex(outer.finalize())
-    }
-
     /// The SHA-256 of `data`.
     static func digest(_ data: Data) -> [UInt8] {
         var hasher = SHA256()
@@ -147,7 +133,7 @@ struct SHA256 {
     }
 
     /// `bytes` as lowercase hexadecimal, two digits a byte.
-    private static func hex(_ bytes: [UInt8]) -> String {
+    static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
         text.reserveCapacity(bytes.count * 2)
@@ -359,4 +345,31 @@ private func smallSigma0(_ x: UInt32) -> UInt32 {
 @inline(__always)
 private func smallSigma1(_ x: UInt32) -> UInt32 {
     rotateRight(x, 17) ^ rotateRight(x, 19) ^ (x &>> 10)
+}
+
+/// HMAC-SHA-256 (RFC 2104) under one key: a digest of a secret that cannot be recomputed, or guessed at, without the
+/// key. The key's two padded blocks are hashed once, here, so each digest hashes only its message.
+struct KeyedDigest: Sendable {
+    private let inner: SHA256
+    private let outer: SHA256
+
+    init(key: [UInt8]) {
+        var block = key.count > 64 ? SHA256.digest(Data(key)) : key
+        block += [UInt8](repeating: 0, count: 64 - block.count)
+        var inner = SHA256()
+        inner.update(Data(block.map { $0 ^ 0x36 }))
+        var outer = SHA256()
+        outer.update(Data(block.map { $0 ^ 0x5c }))
+        (self.inner, self.outer) = (inner, outer)
+    }
+
+    /// The digest of `message`, as 64 lowercase hexadecimal digits.
+    func hex(_ message: String) -> String {
+        var inner = self.inner
+        var message = message
+        message.withUTF8 { inner.update(UnsafeRawBufferPointer($0)) }
+        var outer = self.outer
+        outer.update(Data(inner.finalize()))
+        return SHA256.hex(outer.finalize())
+    }
 }

@@ -176,4 +176,14 @@ final class SHA256Tests: XCTestCase {
     private static func hex(_ bytes: [UInt8]) -> String {
         bytes.map { String(format: "%02x", $0) }.joined()
     }
+
+    func testKeyedDigestMatchesRFC4231() {
+        // RFC 4231, test cases 2 (a short key) and 6 (a key longer than a block).
+        XCTAssertEqual(
+            KeyedDigest(key: Array("Jefe".utf8)).hex("what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        XCTAssertEqual(
+            KeyedDigest(key: [UInt8](repeating: 0xaa, count: 131)).hex("Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+    }
 }

@@ -75,10 +75,10 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
     /// The value of the field called `name` (any case); setting replaces it, `nil` removes it.
     public subscript(name: String) -> String? {
-        get { fields.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value }
+        get { fields.first { $0.name.equalsIgnoringASCIICase(name) }?.value }
         set {
-            let index = fields.firstIndex { $0.name.caseInsensitiveCompare(name) == .orderedSame }
-            fields.removeAll { $0.name.caseInsensitiveCompare(name) == .orderedSame }
+            let index = fields.firstIndex { $0.name.equalsIgnoringASCIICase(name) }
+            fields.removeAll { $0.name.equalsIgnoringASCIICase(name) }
             guard let newValue else { return }
             fields.insert(Field(name: name, value: newValue), at: Swift.min(index ?? fields.count, fields.count))
         }
@@ -129,5 +129,15 @@ enum HeaderSafety {
                     return "!#$%&'*+-.^_`|~".utf8.contains(byte)
                 }
             }
+    }
+}
+
+extension String {
+    /// Whether the two are equal when ASCII letters are compared without case: how header names compare. Much
+    /// cheaper than `caseInsensitiveCompare`, which goes through Foundation's Unicode rules.
+    func equalsIgnoringASCIICase(_ other: String) -> Bool {
+        let (a, b) = (utf8, other.utf8)
+        guard a.count == b.count else { return false }
+        return zip(a, b).allSatisfy { x, y in x == y || (x | 0x20 == y | 0x20 && (0x61...0x7a).contains(x | 0x20)) }
     }
 }

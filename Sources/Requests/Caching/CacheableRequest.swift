@@ -11,8 +11,10 @@ struct CacheableRequest {
     let request: URLRequest
     /// `GET` or `HEAD`: the only methods whose responses are stored.
     let method: String
-    /// The URL without user info or fragment: what the entry is stored under, and written to disk.
+    /// The URL without user info or fragment: what the entry is stored under (as a keyed digest).
     let url: URL
+    /// Whether the request's URL may hold user info (it has an "@"): only then is it looked for.
+    private let mayHaveUserInfo: Bool
     /// The session's `httpAdditionalHeaders`, which the request's own headers override.
     private let sessionHeaders: [AnyHashable: Any]
     /// The cookie store's cookies for the URL, as a `Cookie` header: read when first needed (a hit on an entry that
@@ -26,7 +28,10 @@ struct CacheableRequest {
     /// The view of `request` sent on `session`; `nil` when its method or URL is never cached.
     init?(_ request: URLRequest, session: URLSession?) {
         let method = (request.httpMethod ?? "GET").uppercased()
-        guard method == "GET" || method == "HEAD", let url = request.url, let bare = Self.bare(url) else { return nil }
+        guard method == "GET" || method == "HEAD", let url = request.url else { return nil }
+        let text = url.absoluteString
+        guard let bare = Self.bare(url, text: text) else { return nil }
+        mayHaveUserInfo = text.utf8.contains(UInt8(ascii: "@"))
         self.request = request
         self.method = method
         self.url = bare
@@ -38,9 +43,12 @@ struct CacheableRequest {
 
     /// `url` without user info and fragment; `nil` if it has no host-based form.
     static func bare(_ url: URL) -> URL? {
+        bare(url, text: url.absoluteString)
+    }
+
+    private static func bare(_ url: URL, text: String) -> URL? {
         // Most URLs have neither (no "@" or "#" at all): they are used as they are, without the cost of parsing.
-        let text = url.absoluteString
-        guard text.contains("@") || text.contains("#") else { return url }
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "#") }) else { return url }
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return nil }
         components.user = nil
         components.password = nil
@@ -53,8 +61,8 @@ struct CacheableRequest {
     func sentValue(_ name: String) -> String? {
         let own =
             request.value(forHTTPHeaderField: name)
-            ?? sessionHeaders.first { ($0.key as? String)?.caseInsensitiveCompare(name) == .orderedSame }?.value as? String
-        guard name.caseInsensitiveCompare("Cookie") == .orderedSame, let storedCookies = cookies?.header else { return own }
+            ?? sessionHeaders.first { ($0.key as? String)?.equalsIgnoringASCIICase(name) == true }?.value as? String
+        guard name.equalsIgnoringASCIICase("Cookie"), let storedCookies = cookies?.header else { return own }
         return own.map { "\($0); \(storedCookies)" } ?? storedCookies
     }
 
@@ -70,7 +78,7 @@ struct CacheableRequest {
         for name in ["Authorization", "Proxy-Authorization"] {
             if let value = sentValue(name) { parts.append("\(name.lowercased()): \(value)") }
         }
-        if let original = request.url, original.user != nil || original.password != nil {
+        if mayHaveUserInfo, let original = request.url, original.user != nil || original.password != nil {
             parts.append("userinfo: \(original.user ?? ""):\(original.password ?? "")")
         }
         return parts.joined(separator: "\n")

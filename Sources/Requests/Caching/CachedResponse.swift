@@ -54,7 +54,7 @@ struct CachedResponse: Codable, Equatable {
     }
 
     func header(_ name: String) -> String? {
-        headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
+        headers.first { $0.key.equalsIgnoringASCIICase(name) }?.value
     }
 
     var cacheControl: [String: String] {
@@ -154,7 +154,7 @@ struct CachedResponse: Codable, Equatable {
                 entry.setsCookies = true
                 continue
             }
-            if let existing = entry.headers.keys.first(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) {
+            if let existing = entry.headers.keys.first(where: { $0.equalsIgnoringASCIICase(name) }) {
                 entry.headers[existing] = nil
             }
             entry.headers[name] = value

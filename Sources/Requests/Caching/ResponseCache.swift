@@ -132,10 +132,11 @@ public final class ResponseCache: @unchecked Sendable {
     /// ``maximumEntrySize``, or now says `Vary: *` or `no-store`, is removed instead.
     func replace(_ entry: CachedResponse, for request: CacheableRequest) {
         var entry = entry
-        entry.varyValues = partition(of: request, varyNames: entry.varyNames)
+        let varyNames = entry.varyNames
+        entry.varyValues = partition(of: request, varyNames: varyNames)
         let key = key(method: request.method, url: request.url)
         let serialized = entry.serialized()
-        guard serialized.count <= maximumEntrySize, !entry.varyNames.contains("*"), entry.cacheControl["no-store"] == nil else {
+        guard serialized.count <= maximumEntrySize, !varyNames.contains("*"), entry.cacheControl["no-store"] == nil else {
             storage.removeData(forKey: key)
             return
         }

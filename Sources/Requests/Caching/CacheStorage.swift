@@ -19,7 +19,7 @@ import Foundation
 /// waits on another's disk I/O and memory and disk never disagree about which value is newest.
 final class CacheStorage: @unchecked Sendable {
     /// The prefix of files being written; any found when the directory is first used are a crash's leftovers.
-    private static let temporaryPrefix = ".tmp-"
+    static let temporaryPrefix = ".tmp-"
 
     /// The most bytes kept in memory.
     let memoryCapacity: Int
@@ -334,81 +334,6 @@ final class CacheStorage: @unchecked Sendable {
             let digest = KeyedDigest(key: key)
             loadedKeyedDigest = digest
             return digest
-        }
-    }
-
-    private static func readOrMakePartitionKey(in directory: URL) -> [UInt8]? {
-        let url = directory.appendingPathComponent("partition-key", isDirectory: false)
-        if let key = try? PrivateFolder.readOwnFile(url, expectedSize: 32) { return Array(key) }
-        let key = (0..<32).map { _ in UInt8.random(in: .min ... .max) }
-        guard (try? Self.ensure(directory)) != nil, (try? PrivateFolder.write(Data(key), to: url)) != nil else {
-            // Another process may have made it meanwhile.
-            return (try? PrivateFolder.readOwnFile(url, expectedSize: 32)).map(Array.init)
-        }
-        return key
-    }
-
-    // MARK: - Files (no lock needed)
-
-    /// What ``writeTemporaryFile(_:in:)`` made.
-    private struct TemporaryFile {
-        /// The finished temporary file, or nil if it couldn't be written.
-        var url: URL?
-        /// Whether the directory had to be created: the index then no longer matches it.
-        var directoryWasMissing: Bool
-    }
-
-    /// Writes `contents` to a new temporary file in `directory`, creating the directory if the first attempt fails.
-    ///
-    /// Creation is tried on every write that fails, so a directory that was missing or blocked for a while is used
-    /// again as soon as it can be made.
-    private func writeTemporaryFile(_ contents: Data, in directory: URL) -> TemporaryFile? {
-        let url = directory.appendingPathComponent(Self.temporaryPrefix + UUID().uuidString, isDirectory: false)
-        if (try? PrivateFolder.write(contents, to: url)) != nil {
-            return TemporaryFile(url: url, directoryWasMissing: false)
-        }
-        var isDirectory: ObjCBool = false
-        let existed = FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory)
-        if existed, isDirectory.boolValue {
-            // The directory is there but won't take the file (read-only, full): nothing to fix here.
-            Self.removeFile(url)
-            return nil
-        }
-        guard (try? Self.ensure(directory)) != nil else {
-            // Still reported as missing, so the index drops the files that went with the directory.
-            return TemporaryFile(url: nil, directoryWasMissing: true)
-        }
-        guard (try? PrivateFolder.write(contents, to: url)) != nil else {
-            Self.removeFile(url)
-            return TemporaryFile(url: nil, directoryWasMissing: true)
-        }
-        return TemporaryFile(url: url, directoryWasMissing: true)
-    }
-
-    /// Makes `directory` a private folder (see `PrivateFolder`), its missing parents with the default mode.
-    private static func ensure(_ directory: URL) throws {
-        let parent = directory.deletingLastPathComponent()
-        if !FileManager.default.fileExists(atPath: parent.path) {
-            try? FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
-        }
-        try PrivateFolder.ensure(directory)
-    }
-
-    /// Moves `source` over `destination` with rename(2): atomic within one directory, replacing any old file.
-    private static func moveFile(_ source: URL, to destination: URL) -> Bool {
-        source.withUnsafeFileSystemRepresentation { from in
-            destination.withUnsafeFileSystemRepresentation { to in
-                guard let from, let to else { return false }
-                return rename(from, to) == 0
-            }
-        }
-    }
-
-    /// Removes the file at `url`, ignoring failure: a file that is already gone or can't be removed is no error
-    /// for a cache.
-    private static func removeFile(_ url: URL) {
-        url.withUnsafeFileSystemRepresentation { path in
-            if let path { _ = unlink(path) }
         }
     }
 }

@@ -82,7 +82,7 @@ enum PrivateFolder {
 
     /// Requests' own folder in the temporary directory: `Requests-<uid>`, if it is this user's or can be made so
     /// (see ``ensure(_:)``). If the name is taken by something else (another user's folder, a link, a file), a
-    /// fresh folder made with `mkdtemp` for this process, `Requests-<uid>-XXXXXX`, is used instead; the taken
+    /// fresh folder made with `mkdtemp` for this process, `Requests-<uid>-` and six random characters, is used instead; the taken
     /// name is left alone. Checked at each call, so that a folder removed meanwhile is made again.
     static func requestsFolder() throws -> URL {
         let temporary = FileManager.default.temporaryDirectory
@@ -100,7 +100,9 @@ enum PrivateFolder {
     private static func fallback(in temporary: URL) throws -> URL {
         try lock.withLock {
             if let folder = fallbacks[temporary.path], (try? ensure(folder)) != nil { return folder }
-            var template = Array(temporary.appendingPathComponent("Requests-\(getuid())-XXXXXX").path.utf8CString)
+            // mkdtemp's template: six capitals X that it replaces.
+            let name = "Requests-\(getuid())-" + String(repeating: "X", count: 6)
+            var template = Array(temporary.appendingPathComponent(name).path.utf8CString)
             let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkdtemp($0) != nil } ?? false }
             guard made else { throw Refusal.failed(call: "mkdtemp", path: temporary.path, errno: errno) }
             let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

@@ -20,11 +20,14 @@ final class FaultMatrixTests: XCTestCase {
         return URLSession(configuration: configuration)
     }()
 
-    /// The default timeouts, for a gzip bomb: inflating it in a debug build (or under ThreadSanitizer) can leave
-    /// the socket idle for more than a second.
+    /// For a gzip bomb: the row is about the size limit, which must win however slowly the machine inflates. The
+    /// server sends its 1.6 MB at once and the socket then stays idle while libcurl inflates; under ThreadSanitizer
+    /// on a loaded machine that took more than URLSession's default 60 s, and the row failed with its timeout
+    /// (-1001) instead of the size error. So no idle timeout that a slow machine can reach.
     private static let patientSession: URLSession = {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
+        configuration.timeoutIntervalForRequest = 3600
         return URLSession(configuration: configuration)
     }()
 

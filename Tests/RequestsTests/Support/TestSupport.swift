@@ -187,3 +187,28 @@ final class Weak<Object: AnyObject>: @unchecked Sendable {
     weak var object: Object?
     init(_ object: Object) { self.object = object }
 }
+
+/// A test case whose temporary directory (`TMPDIR`, where the library keeps its private folder) is a folder of its
+/// own while each test runs, under ``root``; tests run one at a time, so the setting is theirs alone.
+class OwnTemporaryDirectoryTestCase: XCTestCase {
+    /// Removed after each test, with everything in it.
+    var root: URL!
+    /// `TMPDIR` during the test: `root/tmp`.
+    var temporary: URL!
+    private var savedTemporary: String?
+
+    override func setUp() {
+        super.setUp()
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("own-tmp-\(UUID().uuidString)", isDirectory: true)
+        temporary = root.appendingPathComponent("tmp", isDirectory: true)
+        try? FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
+        savedTemporary = ProcessInfo.processInfo.environment["TMPDIR"]
+        setenv("TMPDIR", temporary.path, 1)
+    }
+
+    override func tearDown() {
+        if let savedTemporary { setenv("TMPDIR", savedTemporary, 1) } else { unsetenv("TMPDIR") }
+        try? FileManager.default.removeItem(at: root)
+        super.tearDown()
+    }
+}

@@ -37,29 +37,10 @@ private final class NoticeLog: RequestEventMonitor, @unchecked Sendable {
 
 /// Partial and finished downloads are private to this user: files 0600 in folders 0700, and a shared temporary
 /// directory where another user got to Requests' folder name first is not written through.
-final class PrivateFilesTests: XCTestCase {
+final class PrivateFilesTests: OwnTemporaryDirectoryTestCase {
     private let server = TestServer.shared
     private let uid = getuid()
     /// The test's own folder: a temporary directory for the library (`TMPDIR`), victims, destinations.
-    private var root: URL!
-    private var temporary: URL!
-    private var savedTemporary: String?
-
-    override func setUp() {
-        super.setUp()
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("private-files-\(UUID().uuidString)", isDirectory: true)
-        temporary = root.appendingPathComponent("tmp", isDirectory: true)
-        try? FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
-        savedTemporary = ProcessInfo.processInfo.environment["TMPDIR"]
-        // Tests run one at a time: the library's temporary directory is the test's own while it runs.
-        setenv("TMPDIR", temporary.path, 1)
-    }
-
-    override func tearDown() {
-        if let savedTemporary { setenv("TMPDIR", savedTemporary, 1) } else { unsetenv("TMPDIR") }
-        try? FileManager.default.removeItem(at: root)
-        super.tearDown()
-    }
 
     /// Where the library's per-user folder is, by its name.
     private var sharedFolder: URL { temporary.appendingPathComponent("Requests-\(uid)", isDirectory: true) }

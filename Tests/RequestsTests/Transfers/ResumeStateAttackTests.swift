@@ -11,26 +11,8 @@ import Glibc
 
 /// An outside attack on stored resume states (2026-11-26, issue #32), kept as regression tests: each test asserts the safe
 /// behaviour; a comment over a test says what the attack achieved before the fix.
-final class ResumeStateAttackTests: XCTestCase {
+final class ResumeStateAttackTests: OwnTemporaryDirectoryTestCase {
     private let server = TestServer.shared
-    private var root: URL!
-    private var temporary: URL!
-    private var savedTemporary: String?
-
-    override func setUp() {
-        super.setUp()
-        root = URL(fileURLWithPath: "/tmp/attack/resume-\(UUID().uuidString)", isDirectory: true)
-        temporary = root.appendingPathComponent("tmp", isDirectory: true)
-        try? FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
-        savedTemporary = ProcessInfo.processInfo.environment["TMPDIR"]
-        setenv("TMPDIR", temporary.path, 1)
-    }
-
-    override func tearDown() {
-        if let savedTemporary { setenv("TMPDIR", savedTemporary, 1) } else { unsetenv("TMPDIR") }
-        try? FileManager.default.removeItem(at: root)
-        super.tearDown()
-    }
 
     /// Serves `resource(n)` for the n-th request (from 0).
     private func serve(_ resource: @escaping @Sendable (Int, LoopbackRequest) -> LoopbackResource) -> (URL, SeenRequests) {

@@ -27,6 +27,9 @@ final class CacheStorage: @unchecked Sendable {
     let diskCapacity: Int
     /// Where the files live; nil when the disk layer is off (no directory given, or a disk capacity of 0).
     let directory: URL?
+    /// Whether an existing ``directory`` is made `0700` (the default directory, which Requests names): a folder the
+    /// caller chose keeps its mode (the files in it are `0600` either way); one Requests creates is `0700`.
+    let tightensDirectory: Bool
 
     /// Guards every stored property below; never held while a large file is read or written.
     private let lock = NSLock()
@@ -69,10 +72,11 @@ final class CacheStorage: @unchecked Sendable {
     /// Nothing touches the disk here: the directory is listed when first used and created when first written, so
     /// making a storage is cheap and can't fail. With `directory` nil or `diskCapacity` 0 the storage is memory
     /// only. Negative capacities count as 0.
-    init(memoryCapacity: Int, diskCapacity: Int, directory: URL?) {
+    init(memoryCapacity: Int, diskCapacity: Int, directory: URL?, tightensDirectory: Bool = false) {
         self.memoryCapacity = max(0, memoryCapacity)
         self.diskCapacity = max(0, diskCapacity)
         self.directory = diskCapacity > 0 ? directory?.standardizedFileURL : nil
+        self.tightensDirectory = tightensDirectory
     }
 
     // MARK: - Public operations
@@ -265,7 +269,7 @@ final class CacheStorage: @unchecked Sendable {
         diskBytes = 0
         // Made private here if missing; a folder that is not this user's (or a link) is never used.
         do {
-            try Self.ensure(directory)
+            try Self.ensure(directory, tightening: tightensDirectory)
         } catch PrivateFolder.Refusal.failed {
             // Missing and not makeable now (a read-only parent): an empty index, as before; writes try again.
         } catch {
@@ -283,7 +287,8 @@ final class CacheStorage: @unchecked Sendable {
         for url in urls {
             let name = url.lastPathComponent
             if name.hasPrefix(Self.temporaryPrefix) {
-                if removingTemporaryFiles { Self.removeFile(url) }
+                // Only a name this storage gives (the prefix and a UUID): a caller's own dot-file is left alone.
+                if removingTemporaryFiles, UUID(uuidString: String(name.dropFirst(Self.temporaryPrefix.count))) != nil { Self.removeFile(url) }
                 continue
             }
             guard Self.isEntryFileName(name),
@@ -330,7 +335,7 @@ final class CacheStorage: @unchecked Sendable {
     var keyedDigest: KeyedDigest {
         lock.withLock {
             if let loadedKeyedDigest { return loadedKeyedDigest }
-            let key = directory.flatMap(Self.readOrMakePartitionKey) ?? (0..<32).map { _ in UInt8.random(in: .min ... .max) }
+            let key = directory.flatMap { Self.readOrMakePartitionKey(in: $0, tightening: tightensDirectory) } ?? (0..<32).map { _ in UInt8.random(in: .min ... .max) }
             let digest = KeyedDigest(key: key)
             loadedKeyedDigest = digest
             return digest

@@ -4,13 +4,19 @@ import Foundation
 /// `PrivateFolder`), and the key of the cache's digests. No lock is needed here.
 extension CacheStorage {
     /// The 32 bytes of `directory`'s `partition-key` file, made (0600) if missing; `nil` when it cannot be read or made.
-    static func readOrMakePartitionKey(in directory: URL) -> [UInt8]? {
+    /// A damaged one (a crash between its creation and its write, another size, a link) is replaced.
+    static func readOrMakePartitionKey(in directory: URL, tightening: Bool) -> [UInt8]? {
         let url = directory.appendingPathComponent("partition-key", isDirectory: false)
         if let key = try? PrivateFolder.readOwnFile(url, expectedSize: 32) { return Array(key) }
         let key = (0..<32).map { _ in UInt8.random(in: .min ... .max) }
-        guard (try? Self.ensure(directory)) != nil, (try? PrivateFolder.write(Data(key), to: url)) != nil else {
-            // Another process may have made it meanwhile.
-            return (try? PrivateFolder.readOwnFile(url, expectedSize: 32)).map(Array.init)
+        guard (try? Self.ensure(directory, tightening: tightening)) != nil else { return nil }
+        if (try? PrivateFolder.write(Data(key), to: url)) != nil { return key }
+        // Another process may have made it meanwhile; else what is there is damaged, and replaced whole.
+        if let made = try? PrivateFolder.readOwnFile(url, expectedSize: 32) { return Array(made) }
+        let temporary = directory.appendingPathComponent(temporaryPrefix + UUID().uuidString, isDirectory: false)
+        guard (try? PrivateFolder.write(Data(key), to: temporary)) != nil, moveFile(temporary, to: url) else {
+            removeFile(temporary)
+            return nil
         }
         return key
     }
@@ -39,7 +45,7 @@ extension CacheStorage {
             Self.removeFile(url)
             return nil
         }
-        guard (try? Self.ensure(directory)) != nil else {
+        guard (try? Self.ensure(directory, tightening: tightensDirectory)) != nil else {
             // Still reported as missing, so the index drops the files that went with the directory.
             return TemporaryFile(url: nil, directoryWasMissing: true)
         }
@@ -51,12 +57,12 @@ extension CacheStorage {
     }
 
     /// Makes `directory` a private folder (see `PrivateFolder`), its missing parents with the default mode.
-    static func ensure(_ directory: URL) throws {
+    static func ensure(_ directory: URL, tightening: Bool) throws {
         let parent = directory.deletingLastPathComponent()
         if !FileManager.default.fileExists(atPath: parent.path) {
             try? FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
         }
-        try PrivateFolder.ensure(directory)
+        try PrivateFolder.ensure(directory, tightening: tightening)
     }
 
     /// Moves `source` over `destination` with rename(2): atomic within one directory, replacing any old file.

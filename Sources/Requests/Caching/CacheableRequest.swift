@@ -37,7 +37,9 @@ struct CacheableRequest {
         self.url = bare
         let facts = session.map(SessionFacts.of) ?? SessionFacts(nil)
         sessionHeaders = facts.additionalHeaders
-        cookies = request.httpShouldHandleCookies ? facts.cookieStorage.map { CookieSnapshot($0, url: url) } : nil
+        // Not `request.httpShouldHandleCookies`: Foundation on Linux sends the store's cookies whatever it says, and
+        // counting cookies that were not sent only keeps entries apart.
+        cookies = facts.cookieStorage.map { CookieSnapshot($0, url: url) }
         credentialStorage = facts.credentialStorage
     }
 
@@ -62,8 +64,11 @@ struct CacheableRequest {
         let own =
             request.value(forHTTPHeaderField: name)
             ?? sessionHeaders.first { ($0.key as? String)?.equalsIgnoringASCIICase(name) == true }?.value as? String
-        guard name.equalsIgnoringASCIICase("Cookie"), let storedCookies = cookies?.header else { return own }
-        return own.map { "\($0); \(storedCookies)" } ?? storedCookies
+        guard name.equalsIgnoringASCIICase("Cookie") else { return own }
+        // In one order: the store's order changes as it grows, and the same cookies are the same sender.
+        let pairs = [own, cookies?.header].compactMap { $0 }.flatMap { $0.split(separator: ";") }
+        let sorted = pairs.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.sorted()
+        return sorted.isEmpty ? nil : sorted.joined(separator: "; ")
     }
 
     /// Reads the cookies the request is sent with, before it is sent.

@@ -62,11 +62,13 @@ struct CachedResponse: Codable, Equatable {
     }
 
     /// The request headers the entry is chosen by, lowercased: those `Vary` names, and `Cookie` when the response
-    /// set cookies or is `private` (its body is the user's, and a cookie may be what says who the user is).
+    /// is `private`, or set cookies without saying `public` (its body is the user's, and a cookie may be what says who
+    /// the user is). A `public` response that sets a cookie (a load balancer's, rolling on every answer) is for everyone.
     var varyNames: [String] {
         let vary = header("Vary") ?? ""
         let names = vary.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
-        let userSpecific = setsCookies || cacheControl["private"] != nil
+        let directives = cacheControl
+        let userSpecific = directives["private"] != nil || (setsCookies && directives["public"] == nil)
         return userSpecific && !names.contains("cookie") ? names + ["cookie"] : names
     }
 

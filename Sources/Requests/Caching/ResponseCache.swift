@@ -30,19 +30,25 @@ import Foundation
 /// as a miss; a directory that disappears or cannot be written makes the disk layer do nothing.
 public final class ResponseCache: @unchecked Sendable {
     let storage: CacheStorage
-    /// The largest entry stored, its headers, body and bookkeeping together. Default: a quarter of the memory capacity.
+    /// The largest entry stored, its headers, body and bookkeeping together. Default: a quarter of the memory capacity
+    /// (of the disk capacity for a cache without memory).
     public let maximumEntrySize: Int
 
     /// A cache holding up to `memoryCapacity` bytes in memory and `diskCapacity` bytes in `directory` (`nil`: memory
-    /// only). Defaults: 10 MiB, 100 MiB, ``defaultDirectory``.
+    /// only). Defaults: 10 MiB, 100 MiB, ``defaultDirectory``. A directory Requests creates is made `0700`, and so is
+    /// an existing ``defaultDirectory``; an existing directory of your choice keeps its mode (the files in it are
+    /// `0600`). A directory that is a link, not a directory, or another user's is not used: the cache is then
+    /// memory only.
     public init(
         memoryCapacity: Int = 10 << 20,
         diskCapacity: Int = 100 << 20,
         directory: URL? = ResponseCache.defaultDirectory,
         maximumEntrySize: Int? = nil
     ) {
-        storage = CacheStorage(memoryCapacity: max(0, memoryCapacity), diskCapacity: max(0, diskCapacity), directory: directory)
-        self.maximumEntrySize = max(0, maximumEntrySize ?? memoryCapacity / 4)
+        storage = CacheStorage(
+            memoryCapacity: max(0, memoryCapacity), diskCapacity: max(0, diskCapacity), directory: directory,
+            tightensDirectory: directory?.standardizedFileURL == Self.defaultDirectory.standardizedFileURL)
+        self.maximumEntrySize = max(0, maximumEntrySize ?? (memoryCapacity > 0 ? memoryCapacity : diskCapacity) / 4)
     }
 
     /// `Requests.ResponseCache` in the user's caches directory (on Linux `~/.cache`), or in the temporary directory.

@@ -32,10 +32,11 @@ enum PrivateFolder {
 
     /// Makes `url` a folder of this user with mode `0700`, and returns it: creates it `0700` if it is missing;
     /// uses an existing one only if it is a real folder (a link, even to a folder, is refused) owned by
-    /// `getuid()`, and sets its mode to exactly `0700` if it was anything else (it is this user's). Throws a
-    /// ``Refusal`` otherwise, having changed nothing.
+    /// `getuid()`, and sets its mode to exactly `0700` if it was anything else (it is this user's), unless
+    /// `tightening` is `false` (a folder the caller chose, whose mode is the caller's). Throws a ``Refusal``
+    /// otherwise, having changed nothing.
     @discardableResult
-    static func ensure(_ url: URL) throws -> URL {
+    static func ensure(_ url: URL, tightening: Bool = true) throws -> URL {
         let path = url.path
         var info = stat()
         // The common case, one call: the folder is there and as it must be.
@@ -58,7 +59,7 @@ enum PrivateFolder {
         guard fstat(descriptor, &info) == 0 else { throw Refusal.failed(call: "fstat", path: path, errno: errno) }
         guard info.st_mode & mode_t(S_IFMT) == mode_t(S_IFDIR) else { throw Refusal.notAFolder(path: path) }
         guard info.st_uid == getuid() else { throw Refusal.notOwned(path: path, owner: UInt32(info.st_uid)) }
-        if info.st_mode & 0o7777 != 0o700, fchmod(descriptor, 0o700) != 0 {
+        if tightening, info.st_mode & 0o7777 != 0o700, fchmod(descriptor, 0o700) != 0 {
             throw Refusal.failed(call: "chmod", path: path, errno: errno)
         }
         return url

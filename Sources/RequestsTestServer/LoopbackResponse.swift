@@ -125,7 +125,8 @@ public struct LoopbackStream: Sendable {
 
     /// The HTTP status code.
     public var status: Int
-    /// Response headers (`Transfer-Encoding` and `Connection` are set by the server).
+    /// Response headers (`Transfer-Encoding` and `Connection` are set by the server; `Content-Type` is
+    /// `application/octet-stream` unless given).
     public var headers: [String: String]
     /// The body's pieces, each sent as one chunk.
     public var pieces: [Data]

@@ -383,6 +383,11 @@ final class ServerCore: @unchecked Sendable {
         var headers = stream.headers.filter { $0.key.lowercased() != "transfer-encoding" && $0.key.lowercased() != "connection" }
         let hasBody = !LoopbackResponse.statusHasNoBody(stream.status)
         if hasBody { headers["Transfer-Encoding"] = "chunked" }
+        // A stream always says what it is: without a Content-Type, Apple's data tasks hold back the first 512 bytes
+        // to sniff the type, so small pieces would arrive late there (and not on Linux).
+        if hasBody, !headers.keys.contains(where: { $0.lowercased() == "content-type" }) {
+            headers["Content-Type"] = "application/octet-stream"
+        }
         let head = headerBlock(LoopbackResponse(status: stream.status, headers: headers), contentLength: nil, keepAlive: false)
         guard Sys.sendAll(fd, head) else { return }
         if hasBody {

@@ -183,6 +183,21 @@ final class LoopbackServerTests: XCTestCase {
         XCTAssertTrue(data == expected, "the bytes differ from i % 256")
     }
 
+    func testAStreamAlwaysSaysItsContentType() throws {
+        // Given a stream route that names no Content-Type, and one that names its own
+        server.stream("/typed/none") { _ in LoopbackStream(pieces: [Data("a".utf8)]) }
+        server.stream("/typed/events") { _ in .events(["data: a"]) }
+
+        // When each is requested
+        let plain = try fetch("/typed/none")
+        let events = try fetch("/typed/events")
+
+        // Then each says what it is (Apple's data tasks hold back small bodies whose type they must guess)
+        XCTAssertEqual(plain.response?.value(forHTTPHeaderField: "Content-Type"), "application/octet-stream")
+        XCTAssertEqual(events.response?.value(forHTTPHeaderField: "Content-Type"), "text/event-stream")
+        XCTAssertEqual(plain.data, Data("a".utf8))
+    }
+
     func testTrickleSendsTheSameBytesInSmallChunksWithTheFullLength() throws {
         let outcome = try fetch("/trickle/10000?chunk=777&interval=5")
         XCTAssertNil(outcome.otherError)

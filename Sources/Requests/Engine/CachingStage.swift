@@ -51,10 +51,15 @@ extension NetworkRequestOperation {
         if use == .onlyIfCached {
             return .fail(ResponseCacheError.notCached(urlRequest.url))
         }
-        let conditional = entry?.conditional(urlRequest)
+        var sent = entry?.conditional(urlRequest)
+        let revalidates = sent != nil
+        // One cache: the platform's URLCache (a default session's URLCache.shared) must not answer a request the
+        // ResponseCache sends on, nor keep its answer (see `TransferSession`'s willCacheResponse).
+        sent = sent ?? urlRequest
+        sent?.cachePolicy = .reloadIgnoringLocalCacheData
         cacheable?.snapshotCookies()
         return .send(
-            conditional ?? urlRequest, cached: CachedAttempt(cache: cache, request: cacheable, entry: conditional == nil ? nil : entry, requestTime: now))
+            sent ?? urlRequest, cached: CachedAttempt(cache: cache, request: cacheable, entry: revalidates ? entry : nil, requestTime: now))
     }
 
     /// Follows the plan, once the final check passed: serves, fails, or sends.

@@ -185,7 +185,9 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                 run.credential = credential
                 run.attemptsSent += 1
                 (run.metrics, run.answeredChallenge) = (nil, false)
-                return (currentAttempt(sending: urlRequest), run.taskObserver, TransferRules(policies))
+                var rules = TransferRules(policies)
+                rules.keepsOutOfPlatformCache = run.cachedAttempt != nil
+                return (currentAttempt(sending: urlRequest), run.taskObserver, rules)
             })
         else { return }
         emit(.willSend(attempt))

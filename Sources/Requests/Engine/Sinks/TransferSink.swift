@@ -8,6 +8,8 @@ struct TransferRules: Sendable {
     var limits: TransferLimits
     var redirectPolicy: RedirectPolicy
     var sensitiveHeaders: [String]
+    /// Whether the ``ResponseCache`` manages the attempt: the platform's `URLCache` then does not keep its answer.
+    var keepsOutOfPlatformCache = false
 
     init(_ policies: RequestPolicies) {
         limits = policies.limits

@@ -247,6 +247,15 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
     #endif
 
+    /// One cache: an answer the ``ResponseCache`` manages is not kept by the platform's `URLCache` too (on Apple
+    /// platforms a request that ignores the local cache still fills it). Others are kept as without Requests.
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, willCacheResponse proposedResponse: CachedURLResponse,
+        completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void
+    ) {
+        completionHandler(handler(for: dataTask)?.rules.keepsOutOfPlatformCache == true ? nil : proposedResponse)
+    }
+
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         handler(for: task, removing: true)?.didComplete(response: task.response, error: error)
     }

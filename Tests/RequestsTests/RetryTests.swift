@@ -156,6 +156,20 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: path), 1)
     }
 
+    func testABodyCutShortIsRetriedAsOnApplePlatforms() {
+        // Given a route whose first answer is cut off half-way through its body (libcurl's −1 on Linux, −1005 on Apple)
+        var cut = LoopbackResponse.text(String(repeating: "x", count: 10_000))
+        cut.fault = .closeMidBody
+        let path = freshScript([cut, .text("ok")])
+
+        // When it is requested with the default retry policy's codes
+        let (result, _) = run(Retried(url: server.url(path)))
+
+        // Then the cut was a lost connection, which was retried
+        XCTAssertEqual(result?.success, Data("ok".utf8), "\(String(describing: result))")
+        XCTAssertEqual(server.requestCount(path: path), 2)
+    }
+
     func testUnparsableRetryAfterFallsBackToTheBackoff() {
         let path = freshScript([LoopbackResponse(status: 503, headers: ["Retry-After": "soon"]), .text("ok")])
         let (result, _) = run(Retried(url: server.url(path)))

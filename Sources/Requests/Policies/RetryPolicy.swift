@@ -29,7 +29,8 @@ public struct RetryPolicy: Sendable {
     /// Transport errors with these codes are retried. Default: timed out, network connection lost, cannot
     /// connect to host, cannot find host (DNS lookup failed), DNS lookup failed, not connected to the internet,
     /// and bad server response, which is how URLSession on Linux reports a connection dropped before any
-    /// response (−1011, "Empty reply from server"); a body cut off mid-way is −1 on Linux and is not retried.
+    /// response (−1011, "Empty reply from server"). A body cut off mid-way is reported as network connection lost on
+    /// every platform (libcurl says −1), so it is retried the same way everywhere.
     public var retryableURLErrorCodes: Set<URLError.Code>
     /// Whether a `Retry-After` header (delta-seconds or an HTTP-date) sets the delay. A value that is neither
     /// is ignored, and the computed backoff applies. Default: `true`.

@@ -126,8 +126,9 @@ final class FaultMatrixTests: XCTestCase {
         switch fault {
         case .connectionRefused: return urlError(.cannotConnectToHost)
         case .resetBeforeHeaders, .resetMidBody: return urlError(.networkConnectionLost)
-        // A download reports a body cut short as a lost connection, which RetryPolicy retries (and resumes).
-        case .contentLengthLargerThanBody: return kind == .download ? urlError(.networkConnectionLost) : urlError(.unknown)
+        // A body cut short is a lost connection on every platform and for every kind (libcurl says −1), which
+        // RetryPolicy retries (a download resumes).
+        case .contentLengthLargerThanBody: return urlError(.networkConnectionLost)
         case .invalidChunkedEncoding: return urlError(.unknown)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:

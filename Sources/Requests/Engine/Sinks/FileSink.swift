@@ -159,7 +159,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
         if complete { isHandedOver = true }
         let handle = self.handle.take()
         let file = target ?? freshFile
-        let cut = error.flatMap { Self.cutConnection($0, written: written, expected: expected) }
+        let cut = error.flatMap { Self.cutConnection($0, received: written, expected: expected) }
         lock.unlock()
         try? handle?.close()
         guard complete else {
@@ -176,18 +176,6 @@ final class FileSink: TransferSink, @unchecked Sendable {
             }
         }
         finish(body: .file(file), response: response, error: nil)
-    }
-
-    /// A body cut off after its headers is `URLError.unknown` on Linux ("transfer closed with N bytes remaining"),
-    /// and `networkConnectionLost` on Apple platforms: reported as the latter everywhere, so that the default
-    /// ``RetryPolicy`` retries it (and the retry resumes). Other −1 errors, such as invalid chunking, stay as they are.
-    private static func cutConnection(_ error: Error, written: Int64, expected: Int64) -> Error? {
-        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
-        let isShort = expected > 0 && written < expected
-        guard isShort || urlError.localizedDescription.hasPrefix("transfer closed") else { return nil }
-        var info = urlError.userInfo
-        info[NSUnderlyingErrorKey] = urlError
-        return URLError(.networkConnectionLost, userInfo: info)
     }
 
     /// Stops the writes for good and returns what is left on disk to resume from: the bytes this attempt appended

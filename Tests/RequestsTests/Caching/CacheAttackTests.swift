@@ -11,22 +11,8 @@ import Glibc
 
 /// An outside attack on the response cache (2026-11-26, issue #32), kept as regression tests: each test asserts the safe
 /// behaviour; a comment over a test says what the attack achieved before the fix.
-final class CacheAttackTests: XCTestCase {
-    private let server = TestServer.shared
-    private var directory: URL!
-    private var cache: ResponseCache!
+final class CacheAttackTests: CacheTestCase {
     private let events = CacheEventRecorder()
-
-    override func setUp() {
-        super.setUp()
-        directory = URL(fileURLWithPath: "/tmp/attack/cache-\(UUID().uuidString)", isDirectory: true)
-        cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: directory)
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-        super.tearDown()
-    }
 
     private func fetch(
         _ request: CatalogueRequest, on session: URLSession = testSession, cache: ResponseCache? = nil,

@@ -24,22 +24,8 @@ struct CookieFlagRequest: DecodableRequest {
 
 /// A second outside attack on the response cache (2026-11-26, issue #32), after the first attack's fixes; kept as
 /// regression tests. Each test asserts the safe behaviour.
-final class CacheSecondAttackTests: XCTestCase {
-    private let server = TestServer.shared
-    private var directory: URL!
-    private var cache: ResponseCache!
+final class CacheSecondAttackTests: CacheTestCase {
     private let events = CacheEventRecorder()
-
-    override func setUp() {
-        super.setUp()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("cache-second-attack-\(UUID().uuidString)", isDirectory: true)
-        cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: directory)
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-        super.tearDown()
-    }
 
     private func fetch<R: DecodableRequest>(_ request: R, on session: URLSession = testSession, cache: ResponseCache? = nil) -> Result<Catalogue, Error>
     where R.Success == Catalogue, R.Failure == Error {

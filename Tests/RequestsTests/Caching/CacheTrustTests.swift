@@ -32,22 +32,8 @@ private final class CredentialGiver: NSObject, URLSessionTaskDelegate, @unchecke
 /// The response cache where data crosses a trust boundary: a redirect to another origin, credentials the app did not
 /// set (the transport's, the cookie store's, the URL's), secrets on disk, hostile freshness values and headers.
 /// Two loopback servers on two ports are two origins.
-final class CacheTrustTests: XCTestCase {
-    private let server = TestServer.shared
-    private var directory: URL!
-    private var cache: ResponseCache!
+final class CacheTrustTests: CacheTestCase {
     private let recorder = TrustRecorder()
-
-    override func setUp() {
-        super.setUp()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("cache-trust-\(UUID().uuidString)", isDirectory: true)
-        cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: directory)
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-        super.tearDown()
-    }
 
     private func fetch(_ request: CatalogueRequest, on session: URLSession = testSession, cache: ResponseCache? = nil) -> Result<Catalogue, Error> {
         let queue = OperationQueue()

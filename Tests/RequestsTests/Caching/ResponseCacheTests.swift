@@ -30,20 +30,12 @@ struct CatalogueRequest: DecodableRequest {
     }
 }
 
-/// Records the cache events monitors see.
-final class CacheEventRecorder: RequestEventMonitor, @unchecked Sendable {
-    private let lock = NSLock()
-    private var recorded: [CacheEvent] = []
-    func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent) { lock.withLock { recorded.append(event) } }
-    var events: [CacheEvent] { lock.withLock { recorded } }
-    func reset() { lock.withLock { recorded = [] } }
-}
-
-final class ResponseCacheTests: XCTestCase {
-    private let server = TestServer.shared
-    private var directory: URL!
-    private var cache: ResponseCache!
-    private let events = CacheEventRecorder()
+/// A test case with a response cache of its own (1 MiB in memory, 4 MiB on disk) in a folder of its own, removed
+/// after each test.
+class CacheTestCase: XCTestCase {
+    let server = TestServer.shared
+    var directory: URL!
+    var cache: ResponseCache!
 
     override func setUp() {
         super.setUp()
@@ -55,6 +47,19 @@ final class ResponseCacheTests: XCTestCase {
         try? FileManager.default.removeItem(at: directory)
         super.tearDown()
     }
+}
+
+/// Records the cache events monitors see.
+final class CacheEventRecorder: RequestEventMonitor, @unchecked Sendable {
+    private let lock = NSLock()
+    private var recorded: [CacheEvent] = []
+    func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent) { lock.withLock { recorded.append(event) } }
+    var events: [CacheEvent] { lock.withLock { recorded } }
+    func reset() { lock.withLock { recorded = [] } }
+}
+
+final class ResponseCacheTests: CacheTestCase {
+    private let events = CacheEventRecorder()
 
     /// A route answering with `headers(n, request)` and the catalogue of version `version(n)`; a request carrying
     /// `If-None-Match` equal to `etag304` gets a 304.

@@ -28,39 +28,7 @@ struct FailingDownload: DownloadRequest {
 
 /// A second outside attack (2026-11-26, issue #32) on resume claims, kept as regression tests: can a claim outlive its download, so that a later, legitimate resume of the same
 /// state in the same process is refused ("another download is continuing the same partial file")?
-final class ResumeClaimTests: XCTestCase {
-    private let server = TestServer.shared
-    private var root: URL!
-
-    override func setUp() {
-        super.setUp()
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("resume-claims-\(UUID().uuidString)", isDirectory: true)
-        try? FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: root)
-        super.tearDown()
-    }
-
-    private func serve(_ resource: @escaping @Sendable (Int, LoopbackRequest) -> LoopbackResource) -> (URL, SeenRequests) {
-        let path = "/attack2-resume/\(UUID().uuidString)"
-        let seen = SeenRequests()
-        server.resource(path) { request in
-            seen.append(request)
-            return resource(seen.all.count - 1, request)
-        }
-        return (server.url(path), seen)
-    }
-
-    private func keptState(url: URL) throws -> ResumeState {
-        let queue = OperationQueue()
-        let results = Recorder<ResumeState?>()
-        queue.addRequest(FileDownload(url: url), resumingFrom: nil, session: testSession) { results.append($1) }
-        queue.waitUntilAllOperationsAreFinished()
-        return try XCTUnwrap(results.values.first ?? nil)
-    }
-
+final class ResumeClaimTests: ResumeTestCase {
     /// Resumes `state` and returns the refusals monitors saw, the result and the Range header the server saw last.
     private func resume<T: DownloadRequest>(_ request: T, _ state: ResumeState, seen: SeenRequests) -> ([RequestNotice], Result<URL, T.Failure>?, String?) {
         let queue = OperationQueue()

@@ -9,14 +9,14 @@ import XCTest
 import Glibc
 #endif
 
-/// An outside attack on stored resume states (2026-11-26, issue #32), kept as regression tests: each test asserts the safe
-/// behaviour; a comment over a test says what the attack achieved before the fix.
-final class ResumeStateAttackTests: OwnTemporaryDirectoryTestCase {
-    private let server = TestServer.shared
+/// A test case for resumed downloads: a temporary directory of its own (see `OwnTemporaryDirectoryTestCase`), a
+/// route serving a resource per request, and a state kept from a first download cut at 300,000 bytes.
+class ResumeTestCase: OwnTemporaryDirectoryTestCase {
+    let server = TestServer.shared
 
     /// Serves `resource(n)` for the n-th request (from 0).
-    private func serve(_ resource: @escaping @Sendable (Int, LoopbackRequest) -> LoopbackResource) -> (URL, SeenRequests) {
-        let path = "/attack-resume/\(UUID().uuidString)"
+    func serve(_ resource: @escaping @Sendable (Int, LoopbackRequest) -> LoopbackResource) -> (URL, SeenRequests) {
+        let path = "/resume-case/\(UUID().uuidString)"
         let seen = SeenRequests()
         server.resource(path) { request in
             seen.append(request)
@@ -26,14 +26,18 @@ final class ResumeStateAttackTests: OwnTemporaryDirectoryTestCase {
     }
 
     /// A state for the first 300,000 bytes (request 0 is cut there).
-    private func keptState(url: URL) throws -> ResumeState {
+    func keptState(url: URL) throws -> ResumeState {
         let queue = OperationQueue()
         let results = Recorder<ResumeState?>()
         queue.addRequest(FileDownload(url: url), resumingFrom: nil, session: testSession) { results.append($1) }
         queue.waitUntilAllOperationsAreFinished()
         return try XCTUnwrap(results.values.first ?? nil)
     }
+}
 
+/// An outside attack on stored resume states (2026-11-26, issue #32), kept as regression tests: each test asserts the safe
+/// behaviour; a comment over a test says what the attack achieved before the fix.
+final class ResumeStateAttackTests: ResumeTestCase {
     private func victim(_ name: String, bytes: Int = 500_000) throws -> URL {
         let url = root.appendingPathComponent(name)
         try Data(repeating: 0x56, count: bytes).write(to: url)  // "VVVV…"

@@ -167,16 +167,21 @@ private final class FileRemover: NSObject {
 }
 
 nonisolated(unsafe) private let fileRemoverKey = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+#endif
 
 extension MultipartFormData {
     /// A new stream over the same file as `stream`, one that ``apply(to:)`` made, for a request URLSession must
-    /// send again; `nil` for any other stream. The file is removed once neither stream is left.
+    /// send again; `nil` for any other stream. The file is removed once neither stream is left. (Linux never asks:
+    /// it drops a streamed body on a 307 or 308.)
     static func reopenedStream(_ stream: InputStream) -> InputStream? {
+        #if canImport(FoundationNetworking)
+        return nil
+        #else
         guard let remover = objc_getAssociatedObject(stream, fileRemoverKey) as? FileRemover,
             let reopened = InputStream(url: URL(fileURLWithPath: remover.path))
         else { return nil }
         objc_setAssociatedObject(reopened, fileRemoverKey, remover, .OBJC_ASSOCIATION_RETAIN)
         return reopened
+        #endif
     }
 }
-#endif

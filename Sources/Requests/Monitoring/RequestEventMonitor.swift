@@ -18,7 +18,8 @@ public protocol RequestEventMonitor: Sendable {
     /// An attempt is about to be sent: adapters, the authenticator and preconditions have run.
     func requestWillSend(_ attempt: RequestAttempt)
     /// The attempt's `URLSessionTask` exists and is about to be resumed, for instrumentation of your own (its
-    /// `taskIdentifier`, a task-local span). Do not resume, suspend or cancel it: cancel the operation instead.
+    /// `taskIdentifier`, a task-local span). Read it or set its `priority`; do not set its `delegate` (Requests would
+    /// lose the response on Apple platforms), and do not resume, suspend or cancel it: cancel the operation instead.
     func requestDidCreateTask(_ attempt: RequestAttempt, task: URLSessionTask)
     /// An attempt received an HTTP response with a body of `bodyBytes`, `duration` seconds after it was sent.
     func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)

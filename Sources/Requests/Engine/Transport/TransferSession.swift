@@ -5,15 +5,18 @@ import Foundation
 
 /// Creates the tasks whose callbacks Requests receives, and routes each callback to that task's `TransferSink`.
 ///
-/// On Apple platforms a task runs on the caller's session with a per-task delegate (iOS 15, macOS 12), so the caller's
-/// session and its delegate handle what the sink does not (authentication challenges, metrics); unless its delegate
-/// queue is concurrent (callbacks could overlap): then as on Linux.
+/// On every platform a task runs on a session derived once per caller session: the caller's configuration
+/// (headers, timeouts, cookies, cache, credentials, protocol classes), this delegate and a `CallbackQueue` of its own.
+/// (Linux ignores per-task delegates and reports byte counts only to session delegates; on Apple platforms a per-task
+/// delegate on the caller's session would run the library's work on the caller's delegate queue, maybe the main one,
+/// and a concurrent queue would let callbacks overlap.) So the library's own work never runs on the caller's delegate
+/// queue, and every decision below is made by the same code on both platforms.
 ///
-/// On Linux per-task delegates are ignored, and byte counts arrive only through session-delegate callbacks of tasks
-/// without a completion handler. So a task runs on a session derived once per caller session: its configuration
-/// (headers, timeouts, cookies, cache, protocol classes), this delegate and a `CallbackQueue`. The caller's delegate
-/// still answers authentication challenges, on its own queue; its other callbacks are not called. A derived session is
-/// invalidated (after its tasks finish) when the next one is derived, once the caller's session has been released.
+/// The caller's session delegate is asked, on its own queue, what it would be asked without Requests and Requests
+/// does not decide alone (see `CallerDelegate`): every authentication challenge (certificate pinning, client
+/// certificates, HTTP authentication), a redirect the ``RedirectPolicy`` allowed (its answer held to the same
+/// rules), a body stream Requests cannot reopen, and the task's metrics. A derived session is invalidated (after
+/// its tasks finish) when the next one is derived, once the caller's session has been released.
 final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// Throws ``RequestQueueError/misuse(_:)`` for a background session, whose tasks cannot have a delegate of their own.
     static func checkSupported(_ base: URLSession) throws {
@@ -24,27 +27,11 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
 
     /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
     static func task(on base: URLSession, handler: TransferSink, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
-        let delegate: TransferSession
-        let task: URLSessionTask
-        #if canImport(FoundationNetworking)
-        (task, delegate) = derivedTask(on: base, make)
-        #else
-        if base.delegateQueue.maxConcurrentOperationCount == 1 {
-            delegate = TransferSession()
-            task = make(base)
-            task.delegate = delegate
-        } else {
-            (task, delegate) = derivedTask(on: base, make)
-        }
-        #endif
+        let (session, delegate) = session(for: base)
+        let task = make(session)
         handler.attach(task)
         delegate.register(handler, for: task)
         return task
-    }
-
-    private static func derivedTask(on base: URLSession, _ make: (URLSession) -> URLSessionTask) -> (URLSessionTask, TransferSession) {
-        let (session, delegate) = session(for: base)
-        return (make(session), delegate)
     }
 
     private struct Entry {
@@ -53,8 +40,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let delegate: TransferSession
     }
 
-    /// The caller's session, for a derived session: its delegate still answers authentication challenges (for
-    /// example certificate pinning) for the tasks that run here.
+    /// The caller's session, whose delegate is asked what Requests does not decide alone.
     private weak var base: URLSession?
 
     private static let sessionsLock = NSLock()
@@ -103,16 +89,11 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     ) {
         let handler = handler(for: dataTask)
         handler?.measure(responseArrived: true)
-        let accepted = handler?.shouldAccept(response) ?? true
-        #if canImport(FoundationNetworking)
-        // corelibs ignores `.cancel` (a 3 GiB body then arrived whole), and in probes a task answered with it often
-        // ignored the cancel that followed as well; one answered `.allow` stopped within 44 ms of it. A refused
-        // response has been cancelled by its transfer already.
-        _ = accepted
+        // A refused response has been cancelled by its transfer already. corelibs ignores `.cancel` (a 3 GiB body
+        // then arrived whole), and in probes a task answered with it often ignored the cancel that followed as well;
+        // one answered `.allow` stopped within 44 ms of it. So `.allow` on every platform.
+        _ = handler?.shouldAccept(response)
         completionHandler(.allow)
-        #else
-        completionHandler(accepted ? .allow : .cancel)
-        #endif
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -121,23 +102,24 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         handler?.didReceive(data)
     }
 
-    #if !canImport(FoundationNetworking)
     /// A body stream cannot be read twice: a request that must be sent again (after a 307 or 308, or an
-    /// authentication challenge) gets a new one where the body can be reopened, and otherwise fails. (Linux
-    /// re-sends no streamed body: it drops the body on a 307 or 308.)
+    /// authentication challenge) gets a new one where the body can be reopened; for a stream of the caller's own, the
+    /// caller's delegate is asked, and otherwise the task fails. (Linux re-sends no streamed body: it drops the body on
+    /// a 307 or 308, and does not ask.)
     func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
         if let reopened = task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream) {
             completionHandler(reopened)
-            return
+        } else if let caller = CallerDelegate(base) {
+            caller.newBodyStream(for: task, completionHandler)
+        } else {
+            completionHandler(nil)
         }
-        // A stream of the caller's own: the caller's delegate may know how to make it again.
-        let callerDelegate = (base ?? session).delegate as? URLSessionTaskDelegate
-        callerDelegate?.urlSession?(base ?? session, task: task, needNewBodyStream: completionHandler) ?? completionHandler(nil)
     }
-    #endif
 
     /// The request's ``RedirectPolicy`` rules on each redirect (URLSession on Linux would forward every header to
-    /// another host, and turn a redirect to `file:` into a path on the first one).
+    /// another host, and turn a redirect to `file:` into a path on the first one); then the caller's session delegate
+    /// has the last word on a redirect Requests allows, as it would without Requests, and what it returns is held to
+    /// the same rules (no other scheme, no sensitive header to another origin).
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,
@@ -149,68 +131,62 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
             completionHandler(nil)
             return
         }
-        #if canImport(FoundationNetworking)
-        // This runs on the session's work queue (see `CallbackQueue`), and the ruling may call user code (a custom
-        // policy, the monitors), which must not hold that queue up. The answer may come from any thread; a cancel
-        // waits for it.
+        // This runs on the session's work queue (Linux, see `CallbackQueue`) or callback queue, and the ruling may call
+        // user code (a custom policy, the monitors), which must not hold it up. The answer may come from any thread;
+        // a cancel waits for it (Foundation on Linux crashes on an answer that comes after a cancel).
         TaskCancellation.beginRedirectRuling(of: task)
-        DispatchQueue.global().async {
-            let previousURL = task.currentRequest?.url ?? response.url
-            completionHandler(handler.willRedirect(response, to: request, from: previousURL))
+        let caller = CallerDelegate(base)
+        let answer: @Sendable (URLRequest?) -> Void = { decided in
+            completionHandler(decided)
             TaskCancellation.endRedirectRuling(of: task)
         }
-        #else
-        let previousURL = task.currentRequest?.url ?? response.url
-        let redirected = handler.willRedirect(response, to: request, from: previousURL)
-        // The caller's session delegate has the last word on a redirect Requests allows, as it would without Requests;
-        // what it returns is held to the same rules (no other scheme, no sensitive header to another origin).
-        guard base == nil, let redirected, let callerDelegate = session.delegate as? URLSessionTaskDelegate else {
-            completionHandler(redirected)
-            return
+        DispatchQueue.global().async {
+            let previousURL = task.currentRequest?.url ?? response.url
+            guard let redirected = handler.willRedirect(response, to: request, from: previousURL) else { return answer(nil) }
+            let asked = caller?.redirect(response, to: redirected, of: task) { decided in
+                answer(decided.flatMap { handler.enforceRules(on: $0, from: previousURL) })
+            }
+            if asked != true { answer(redirected) }
         }
-        callerDelegate.urlSession?(session, task: task, willPerformHTTPRedirection: response, newRequest: redirected) { decided in
-            completionHandler(decided.flatMap { handler.enforceRules(on: $0, from: previousURL) })
-        } ?? completionHandler(redirected)
-        #endif
     }
 
-    #if canImport(FoundationNetworking)
-    /// Linux only: corelibs raises no server-trust or client-certificate challenges; the rest are per task, and go to
-    /// the caller's delegate. (On Apple platforms the caller's delegate gets them as without Requests; a derived
-    /// session's get the default handling.)
+    /// Every challenge goes to the caller's session delegate, on its queue, as Foundation would route it (see
+    /// `CallerDelegate`), so certificate pinning and client certificates written there apply; without a caller's
+    /// delegate, the default handling. For HTTP authentication (Basic, Digest) the answer is then made to end the way
+    /// it ends on Apple platforms everywhere: corelibs hangs on `.performDefaultHandling` without a credential,
+    /// crashes on `.useCredential` without one, and cancels on `.rejectProtectionSpace`, where Apple platforms
+    /// deliver the 401. So those answers use default handling's credential (the URL's, else the storage's), once, or
+    /// else cancel the task and end the attempt with the challenge's response. Others pass as they are.
     func urlSession(
         _ session: URLSession,
         task: URLSessionTask,
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        // For HTTP authentication (Basic, Digest) corelibs hangs on `.performDefaultHandling` without a credential,
-        // crashes on `.useCredential` without one, and cancels on `.rejectProtectionSpace`, where Apple platforms
-        // deliver the 401. So those answers use default handling's credential (the URL's, else the storage's), once,
-        // or else cancel the task and end the attempt with the challenge's response. Others pass as they are.
         let transfer = handler(for: task)
         let storage = session.configuration.urlCredentialStorage
         let isHTTPAuthentication = Self.httpAuthenticationMethods.contains(challenge.protectionSpace.authenticationMethod)
+        let defaultCredential = isHTTPAuthentication ? Self.defaultCredential(for: challenge, in: storage) : nil
+        let failureResponse = challenge.failureResponse as? HTTPURLResponse
         let answer: @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void = { disposition, credential in
             if !isHTTPAuthentication || disposition == .cancelAuthenticationChallenge {
                 if disposition == .useCredential, credential != nil { transfer?.challengeWasAnswered() }
                 completionHandler(disposition, credential)
-            } else if let credential = disposition == .useCredential ? credential : Self.defaultCredential(for: challenge, in: storage) {
+            } else if let credential = disposition == .useCredential ? credential : defaultCredential {
                 transfer?.challengeWasAnswered()
                 completionHandler(.useCredential, credential)
             } else {
-                if let response = challenge.failureResponse as? HTTPURLResponse { transfer?.challengeWentUnanswered(response) }
+                if let failureResponse { transfer?.challengeWentUnanswered(failureResponse) }
                 completionHandler(.cancelAuthenticationChallenge, nil)
             }
         }
-        // Off the callback queue: the answer suspends and resumes the task, which waits for the session's work queue.
-        guard let base, let taskDelegate = base.delegate as? URLSessionTaskDelegate else {
+        // Off this queue either way: the answer suspends and resumes the task, which waits for the session's work queue
+        // on Linux.
+        guard let caller = CallerDelegate(base) else {
             DispatchQueue.global().async { answer(.performDefaultHandling, nil) }
             return
         }
-        base.delegateQueue.addOperation {
-            taskDelegate.urlSession(base, task: task, didReceive: challenge, completionHandler: answer)
-        }
+        caller.challenge(challenge, of: task, answer: answer)
     }
 
     /// The challenges answered with a user and a password.
@@ -234,18 +210,13 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         else { return nil }
         return storage.defaultCredential(for: stored) ?? storage.credentials(for: stored).flatMap { $0.count == 1 ? $0.values.first : nil }
     }
-    #endif
 
-    #if !canImport(FoundationNetworking)
     /// Apple platforms deliver the task's metrics before its completion; Linux gathers none. The caller's session
-    /// delegate still gets them, as it would without Requests.
+    /// delegate gets them too, as it would without Requests.
     func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {
         handler(for: task)?.measure(reusedConnection: metrics.transactionMetrics.last?.isReusedConnection)
-        if base == nil, let callerDelegate = session.delegate as? URLSessionTaskDelegate {
-            callerDelegate.urlSession?(session, task: task, didFinishCollecting: metrics)
-        }
+        CallerDelegate(base)?.collected(metrics, of: task)
     }
-    #endif
 
     /// One cache: an answer the ``ResponseCache`` manages is not kept by the platform's `URLCache` too (on Apple
     /// platforms a request that ignores the local cache still fills it). Others are kept as without Requests.

@@ -177,16 +177,18 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     // MARK: - 2. Send
 
-    /// Creates the attempt's task and resumes it.
-    func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
+    /// Creates the attempt's task and resumes it; `redirectsSoFar` > 0 for the next task of the same attempt, after
+    /// a 307 or 308 Requests sends again (see `RedirectResend`).
+    func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?, redirectsSoFar: Int = 0) {
         guard
             let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
                 run.sentRequest = urlRequest
                 run.credential = credential
-                run.attemptsSent += 1
+                if redirectsSoFar == 0 { run.attemptsSent += 1 }
                 (run.metrics, run.answeredChallenge) = (nil, false)
                 var rules = TransferRules(policies)
                 rules.keepsOutOfPlatformCache = run.cachedAttempt != nil
+                rules.redirectsSoFar = redirectsSoFar
                 return (currentAttempt(sending: urlRequest), run.taskObserver, rules)
             })
         else { return }
@@ -229,6 +231,11 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// The attempt's transfer ended (or the cache answered it): the transfer takes what is its own, the cache
     /// stage what is its own, and the rest is interpreted.
     func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
+        if let resend = error as? RedirectResend {
+            body.discard()
+            sendAgain(resend)
+            return
+        }
         guard transferEnded(body: body, response: response, error: error) else { return }
         if let cached = withLock({ lazyRun?.cachedAttempt.take() }) {
             receiveThroughCache(cached, body: body, response: response, error: error)

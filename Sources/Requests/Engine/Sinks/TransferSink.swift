@@ -10,6 +10,9 @@ struct TransferRules: Sendable {
     var sensitiveHeaders: [String]
     /// Whether the ``ResponseCache`` manages the attempt: the platform's `URLCache` then does not keep its answer.
     var keepsOutOfPlatformCache = false
+    /// Redirects the attempt followed on earlier tasks (a 307 or 308 whose body Requests sent again, see
+    /// `RedirectResend`): they count towards the limit, and the response counts as redirected.
+    var redirectsSoFar = 0
 
     init(_ policies: RequestPolicies) {
         limits = policies.limits
@@ -40,6 +43,8 @@ class TransferSink: @unchecked Sendable {
     private var lastCancel: DispatchTime?
     /// Why the attempt fails once its task completes (a redirect refused with an error).
     private var failureAtCompletion: Error?
+    /// A 307 or 308 redirect to send again on a new task, with its body, once this one has completed with the 3xx.
+    private var resend: URLRequest?
     /// The 401 or 407 whose challenge had no answer (see `TransferSession`): the attempt ends with it, bodiless.
     private var unansweredChallenge: HTTPURLResponse?
     /// Whether the transport answered an authentication challenge with a credential the request did not carry.
@@ -54,6 +59,8 @@ class TransferSink: @unchecked Sendable {
     init(callbacks: any AttemptCallbacks, rules: TransferRules) {
         self.callbacks = callbacks
         self.rules = rules
+        redirects = rules.redirectsSoFar
+        metrics.redirectCount = rules.redirectsSoFar
     }
 
     /// The task whose callbacks this receives, set before it is resumed.
@@ -169,17 +176,28 @@ class TransferSink: @unchecked Sendable {
     /// Hands the task's outcome to the operation, unless a rule ended the attempt already; then `body` is discarded.
     /// A redirect that was refused with an error replaces the outcome.
     final func finish(body: ResponseBody, response: URLResponse?, error: Error?) {
-        let (failure, unanswered) = lock.withLock { (failureAtCompletion, unansweredChallenge) }
+        let (failure, unanswered, resendRequest, hops) = lock.withLock { () -> (Error?, HTTPURLResponse?, URLRequest?, Int) in
+            (failureAtCompletion, unansweredChallenge, self.resend, redirects)
+        }
         guard claim().first else {
             body.discard()
             return
         }
-        if failure != nil || unanswered != nil {
+        if let resendRequest, failure == nil, unanswered == nil, error == nil {
+            body.discard()
+            deliver(body: .data(Data()), response: response, error: RedirectResend(request: resendRequest, response: response, redirects: hops))
+        } else if failure != nil || unanswered != nil {
             body.discard()
             deliver(body: .data(Data()), response: failure == nil ? unanswered : response, error: failure)
         } else {
             deliver(body: body, response: response, error: error)
         }
+    }
+
+    /// Takes `request`, a 307 or 308 redirect the transport is not to follow (see `RedirectResend`): once the task
+    /// has completed with the 3xx, the operation sends it on a new task.
+    final func resendAfterCompletion(_ request: URLRequest) {
+        lock.withLock { resend = request }
     }
 
     /// Records that the task is cancelled because nobody can answer the authentication challenge of `response`:

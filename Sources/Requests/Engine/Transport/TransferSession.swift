@@ -140,13 +140,19 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
             completionHandler(decided)
             TaskCancellation.endRedirectRuling(of: task)
         }
+        // A 307 or 308 with a body: the operation sends it again itself (see `RedirectResend`).
+        let follow: @Sendable (URLRequest?) -> Void = { decided in
+            guard let decided, RedirectResend.isNeeded(for: response, of: task) else { return answer(decided) }
+            handler.resendAfterCompletion(decided)
+            answer(nil)
+        }
         DispatchQueue.global().async {
             let previousURL = task.currentRequest?.url ?? response.url
             guard let redirected = handler.willRedirect(response, to: request, from: previousURL) else { return answer(nil) }
             let asked = caller?.redirect(response, to: redirected, of: task) { decided in
-                answer(decided.flatMap { handler.enforceRules(on: $0, from: previousURL) })
+                follow(decided.flatMap { handler.enforceRules(on: $0, from: previousURL) })
             }
-            if asked != true { answer(redirected) }
+            if asked != true { follow(redirected) }
         }
     }
 

@@ -182,9 +182,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?, redirectsSoFar: Int = 0) {
         guard
             let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
-                run.sentRequest = urlRequest
+                // The attempt's request stays the one it sent first, as for a redirect URLSession follows: the
+                // summary's request, and the URI a response cache invalidates after an unsafe method.
+                if redirectsSoFar == 0 { (run.sentRequest, run.attemptsSent) = (urlRequest, run.attemptsSent + 1) }
                 run.credential = credential
-                if redirectsSoFar == 0 { run.attemptsSent += 1 }
                 (run.metrics, run.answeredChallenge) = (nil, false)
                 var rules = TransferRules(policies)
                 rules.keepsOutOfPlatformCache = run.cachedAttempt != nil

@@ -20,11 +20,12 @@ struct RedirectResend: Error {
     /// Redirects followed so far in the attempt, this one included.
     let redirects: Int
 
-    /// Whether `response`, redirecting `task`, is one the transport must not follow: a 307 or 308 of a request with
-    /// a body.
-    static func isNeeded(for response: HTTPURLResponse, of task: URLSessionTask) -> Bool {
+    /// Whether `response`, redirecting `task` to `next` (as allowed), is one the transport must not follow: a 307 or
+    /// 308 of a request with a body, to the same method (a caller's delegate that made it a GET wants no body).
+    static func isNeeded(for response: HTTPURLResponse, of task: URLSessionTask, to next: URLRequest) -> Bool {
         guard response.statusCode == 307 || response.statusCode == 308 else { return false }
         let sent = task.originalRequest
+        guard (next.httpMethod ?? "GET") == (sent?.httpMethod ?? "GET") else { return false }
         return sent?.httpBody != nil || sent?.httpBodyStream != nil || task is URLSessionUploadTask
     }
 }

@@ -118,6 +118,37 @@ final class CallerDelegateTests: XCTestCase {
         }
     }
 
+    func testARejectedProtectionSpaceGetsNoStoredCredential() throws {
+        // Given a session whose credential storage holds the right credential for the route's realm, and whose
+        // delegate rejects the protection space
+        let url = protectedRoute()
+        let storage = URLCredentialStorage()
+        let space = URLProtectionSpace(
+            host: try XCTUnwrap(url.host), port: try XCTUnwrap(url.port), protocol: "http", realm: url.path,
+            authenticationMethod: NSURLAuthenticationMethodHTTPBasic
+        )
+        storage.setDefaultCredential(credential, for: space)
+        addTeardownBlock { [credential] in storage.remove(credential, for: space) }
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.urlCredentialStorage = storage
+        let rejecting = AppDelegate(.rejectProtectionSpace)
+        let session = URLSession(configuration: configuration, delegate: rejecting, delegateQueue: nil)
+        defer { session.finishTasksAndInvalidate() }
+        let accepting = AppDelegate(.performDefaultHandling)
+        let control = URLSession(configuration: configuration, delegate: accepting, delegateQueue: nil)
+        defer { control.finishTasksAndInvalidate() }
+
+        // When the route is requested with each
+        let rejected = get(url, on: session)
+        let defaulted = get(url, on: control)
+
+        // Then the rejection ends with the 401, while default handling uses the stored credential
+        XCTAssertEqual(rejecting.challenges, [NSURLAuthenticationMethodHTTPBasic])
+        XCTAssertEqual((rejected?.failure as? RequestQueueError)?.statusCode, 401)
+        XCTAssertEqual(try defaulted?.get(), Data("welcome".utf8))
+    }
+
     func testAChallengeNoSocketHereRaisesReachesTheDelegateAndItsAnswerIsKept() throws {
         // Given an app's session whose delegate refuses server trust (pinning that fails), and the session Requests
         // derives from it (corelibs raises no server-trust challenge, so one is made up)

@@ -115,6 +115,12 @@ class TransferSink: @unchecked Sendable {
     /// Whether to go on with the response whose headers just arrived. A `Content-Length` above ``bodyLimit``
     /// stops it before any of the body is read.
     func shouldAccept(_ response: URLResponse) -> Bool {
+        // The 3xx of a redirect the operation sends again: its own body is nobody's answer, and no limit applies.
+        if let resend = lock.withLock({ resend }) {
+            let hops = lock.withLock { redirects }
+            stop(delivering: .data(Data()), error: RedirectResend(request: resend, response: response, redirects: hops))
+            return false
+        }
         startWindowIfNeeded()
         let isHead = lock.withLock { task }?.currentRequest?.httpMethod == "HEAD"
         // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.

@@ -95,7 +95,8 @@ struct CallerDelegate: @unchecked Sendable {
     }
 }
 
-/// Values handed to another queue (see `CallerDelegate.onDelegateQueue`).
-private struct Handed<Values>: @unchecked Sendable {
+/// Values handed to another queue or closure. Foundation's types are thread-safe, but not all are marked
+/// `Sendable` in every SDK.
+struct Handed<Values>: @unchecked Sendable {
     let values: Values
 }

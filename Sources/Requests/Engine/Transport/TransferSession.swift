@@ -136,13 +136,14 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         // a cancel waits for it (Foundation on Linux crashes on an answer that comes after a cancel).
         TaskCancellation.beginRedirectRuling(of: task)
         let caller = CallerDelegate(base)
-        let answer: @Sendable (URLRequest?) -> Void = { decided in
+        // Once, whatever the caller's delegate does.
+        let answer = FirstAnswer<URLRequest?> { decided in
             completionHandler(decided)
             TaskCancellation.endRedirectRuling(of: task)
-        }
+        }.give
         // A 307 or 308 with a body: the operation sends it again itself (see `RedirectResend`).
         let follow: @Sendable (URLRequest?) -> Void = { decided in
-            guard let decided, RedirectResend.isNeeded(for: response, of: task) else { return answer(decided) }
+            guard let decided, RedirectResend.isNeeded(for: response, of: task, to: decided) else { return answer(decided) }
             handler.resendAfterCompletion(decided)
             answer(nil)
         }
@@ -172,13 +173,19 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let transfer = handler(for: task)
         let storage = session.configuration.urlCredentialStorage
         let isHTTPAuthentication = Self.httpAuthenticationMethods.contains(challenge.protectionSpace.authenticationMethod)
-        let defaultCredential = isHTTPAuthentication ? Self.defaultCredential(for: challenge, in: storage) : nil
         let failureResponse = challenge.failureResponse as? HTTPURLResponse
-        let answer: @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void = { disposition, credential in
+        let asked = Handed(values: (challenge, storage))
+        // Once, whatever the caller's delegate does.
+        let once = FirstAnswer<Handed<(URLSession.AuthChallengeDisposition, URLCredential?)>> { answered in
+            let (disposition, credential) = answered.values
             if !isHTTPAuthentication || disposition == .cancelAuthenticationChallenge {
                 if disposition == .useCredential, credential != nil { transfer?.challengeWasAnswered() }
                 completionHandler(disposition, credential)
-            } else if let credential = disposition == .useCredential ? credential : defaultCredential {
+                return
+            }
+            // Only default handling falls back on a stored credential: a rejected protection space gets none.
+            let fallback = disposition == .performDefaultHandling ? Self.defaultCredential(for: asked.values.0, in: asked.values.1) : nil
+            if let credential = disposition == .useCredential ? credential : fallback {
                 transfer?.challengeWasAnswered()
                 completionHandler(.useCredential, credential)
             } else {
@@ -186,6 +193,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
                 completionHandler(.cancelAuthenticationChallenge, nil)
             }
         }
+        let answer: @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void = { once.give(Handed(values: ($0, $1))) }
         // Off this queue either way: the answer suspends and resumes the task, which waits for the session's work queue
         // on Linux.
         guard let caller = CallerDelegate(base) else {

@@ -51,10 +51,21 @@ public final class ResponseCache: @unchecked Sendable {
         self.maximumEntrySize = max(0, maximumEntrySize ?? (memoryCapacity > 0 ? memoryCapacity : diskCapacity) / 4)
     }
 
-    /// `Requests.ResponseCache` in the user's caches directory (on Linux `~/.cache`), or in the temporary directory.
+    /// `Requests.ResponseCache-<app>` in the user's caches directory (on Linux `~/.cache`), or in the temporary
+    /// directory; `<app>` is the main bundle's identifier, else the process name, so that apps that are not sandboxed
+    /// (a Mac app, a command-line tool) never share a cache.
     public static var defaultDirectory: URL {
         let caches = FileManager.default.urls(for: .cachesDirectory, in: .userDomainMask).first ?? FileManager.default.temporaryDirectory
-        return caches.appendingPathComponent("Requests.ResponseCache", isDirectory: true)
+        return caches.appendingPathComponent("Requests.ResponseCache-" + appName, isDirectory: true)
+    }
+
+    /// The app's name in the default directory: its bundle identifier or process name, as letters, digits, `.`, `-`
+    /// and `_` (others become `_`).
+    static var appName: String {
+        let name = Bundle.main.bundleIdentifier ?? ProcessInfo.processInfo.processName
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+        let safe = String(name.prefix(100).map { allowed.contains($0) ? $0 : "_" })
+        return safe.isEmpty || safe.allSatisfy({ $0 == "." }) ? "app" : safe
     }
 
     /// Removes every stored response.

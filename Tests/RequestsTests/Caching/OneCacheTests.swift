@@ -56,4 +56,16 @@ final class OneCacheTests: XCTestCase {
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(seen.all.count, 3, "a .reload through the ResponseCache reaches the server whatever the URLCache holds")
     }
+
+    func testTheDefaultDirectoryIsTheAppsOwn() {
+        // Given the default directory of this process (the test runner has no bundle identifier on Linux)
+        let directory = ResponseCache.defaultDirectory
+        let app = ResponseCache.appName
+
+        // Then it is named after the app, with nothing in the name that could leave the caches directory
+        XCTAssertEqual(directory.lastPathComponent, "Requests.ResponseCache-" + app)
+        XCTAssertEqual(app, Bundle.main.bundleIdentifier ?? ProcessInfo.processInfo.processName)
+        XCTAssertFalse(app.contains("/"))
+        XCTAssertNotEqual(directory.lastPathComponent, "Requests.ResponseCache", "not the directory every app shared")
+    }
 }

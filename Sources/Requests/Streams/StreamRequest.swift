@@ -253,7 +253,9 @@ extension OperationQueue {
         session: URLSession = .shared,
         after dependencies: [Operation] = []
     ) -> AsyncThrowingStream<T.Element, Error> where T.Element: Sendable {
-        let buffer = ElementBuffer<T.Element>()
+        // Half the buffer size of elements waits for the loop; the pump then stops, and the bytes that arrive meanwhile
+        // are the loop's lag too.
+        let buffer = ElementBuffer<T.Element>(byteLimit: max(request.bufferSize, 1) / 2)
         let operation = StreamRequestOperation(request: request, session: session, completionQueue: nil, buffer: buffer)
         register(operation, for: request)
         dependencies.forEach(operation.addDependency)

@@ -39,7 +39,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         receive: @escaping (R.Element) -> Void,
         completion: R.CompletionType? = nil
     ) {
-        sink = ElementSink(deliver: receive, isFull: { false })
+        sink = ElementSink(handler: receive)
         super.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
     }
 
@@ -55,7 +55,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// Creates an operation that puts its elements in `buffer`, and ends it with the outcome.
     init(request: R, session: URLSession, completionQueue: DispatchQueue?, buffer: ElementBuffer<R.Element>) where R.Element: Sendable {
-        sink = ElementSink(deliver: buffer.push, isFull: { buffer.isFull })
+        sink = ElementSink(buffer: buffer)
         super.init(
             request: request, session: session, completionQueue: completionQueue,
             completion: { result in
@@ -190,7 +190,11 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         case .streaming:
             if error == nil, var decoder = withLock({ stream.decoder.take() }) {
                 let finished = Result { try decoder.finish().forEach { _ = deliver($0) } }
-                withLock { stream.decoder = decoder }
+                let sink = withLock { () -> ElementSink<R.Element>? in
+                    stream.decoder = decoder
+                    return self.sink
+                }
+                sink?.flush()
                 if case let .failure(failure) = finished {
                     interrupt(with: failure)
                     return

@@ -12,7 +12,7 @@ import XCTest
 final class StreamConsumerLagTests: XCTestCase {
     private let server = TestServer.shared
     /// Large enough that, before the fix, an empty consumer failed on it in most runs.
-    private let chunkBodySize = 256 << 20
+    private let chunkBodySize = 1 << 30
     /// Decoded bodies: decoding is slow in a debug build, so the library lags far behind from the first MiB; what lags
     /// beyond the buffer size (8 MiB) goes through the spill file, and must come back in order.
     private let decodedBodySize = 16 << 20

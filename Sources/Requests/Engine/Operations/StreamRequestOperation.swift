@@ -26,8 +26,10 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     var sink: ElementSink<R.Element>?
     /// `self`, through an existential: the closures that run the pump must not capture `R`'s metatype.
     var streamCallbacks: any StreamCallbacks { self }
-    /// Guarded by the operation's lock.
-    let stream = StreamState<R.Decoder>()
+    /// Guarded by the operation's lock. (Not generic, so that the pump's work per element needs no type metadata.)
+    let stream = StreamState()
+    /// The current connection's decoder; `nil` while the pump decodes. Guarded by the operation's lock.
+    var currentDecoder: R.Decoder?
 
     /// Creates an operation that hands each element to `receive` and then the outcome to `completion`, both on
     /// `completionQueue` (a global queue when `nil`). It does nothing until started, usually by an `OperationQueue`;
@@ -83,7 +85,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         var decoder = request.makeDecoder()
         let policy = request.reconnectPolicy
         let bufferSize = max(request.bufferSize, 1)
-        if let previous = withLock({ stream.decoder }) { decoder.resume(after: previous) }
+        if let previous = withLock({ currentDecoder }) { decoder.resume(after: previous) }
         var droppedIDLength: Int?
         for (name, value) in decoder.requestHeaders {
             // The request's own headers win, except the decoder's place in the stream.
@@ -97,7 +99,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         }
         let sending = urlRequest
         let prepared = ifNotCompleted { () -> (StatusRule, RequestAttempt) in
-            stream.decoder = decoder
+            currentDecoder = decoder
             stream.reconnectPolicy = policy
             stream.bufferSize = bufferSize
             stream.startConnection()
@@ -172,7 +174,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
     func end(with error: Error?) {
-        let state = ifNotCompleted { () -> (StreamState<R.Decoder>.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
+        let state = ifNotCompleted { () -> (StreamState.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
             run.bodyBytes = Int(clamping: stream.bytes)
             return (stream.phase, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), run.response, stream.connectionBytes)
         }
@@ -188,13 +190,11 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         case .closedByServer:
             complete(with: .success(summary()))
         case .streaming:
-            if error == nil, var decoder = withLock({ stream.decoder.take() }) {
-                let finished = Result { try decoder.finish().forEach { _ = deliver($0) } }
-                let sink = withLock { () -> ElementSink<R.Element>? in
-                    stream.decoder = decoder
-                    return self.sink
-                }
-                sink?.flush()
+            if error == nil, let (taken, sink) = withLock({ sink.flatMap { sink in currentDecoder.take().map { ($0, sink) } } }) {
+                var decoder = taken
+                let finished = Result { try decoder.finish().forEach { _ = deliver($0, to: sink) } }
+                withLock { currentDecoder = decoder }
+                sink.flush()
                 if case let .failure(failure) = finished {
                     interrupt(with: failure)
                     return
@@ -217,7 +217,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
                 let error = StreamError.tooManyReconnections(limit: max(policy.maxReconnections, 0), window: policy.windowSpan)
                 return (.finish(.failure(error)), nil)
             }
-            let requested = stream.decoder?.reconnectionDelay
+            let requested = currentDecoder?.reconnectionDelay
             var notice: (RequestAttempt, RequestNotice)?
             // Told once each time the server's value changes, not at every reconnection.
             if let requested, requested < policy.serverDelayFloor, requested != stream.lastServerDelay, let sent = run.sentRequest {
@@ -267,7 +267,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     public override func releaseResources() {
         withLock {
             sink = nil
-            stream.decoder = nil
+            currentDecoder = nil
             stream.inbox.removeAll()
         }
         super.releaseResources()

@@ -9,7 +9,7 @@ import Foundation
 /// (``consumerLag``) is what ``StreamRequest/bufferSize`` bounds; the library's own lag (bytes the pump has not
 /// reached yet) never fails the stream, and is kept in memory up to ``memoryLimit``, beyond which it waits in a
 /// private temporary file (``StreamSpill``).
-final class StreamState<Decoder: StreamDecoder> {
+final class StreamState {
     enum Phase {
         /// Waiting for the connection's response to be checked.
         case connecting
@@ -21,8 +21,6 @@ final class StreamState<Decoder: StreamDecoder> {
         case closedByServer
     }
 
-    /// The current connection's decoder; `nil` while the pump decodes.
-    var decoder: Decoder?
     var reconnectPolicy: ReconnectPolicy?
     var bufferSize = 1
     var phase = Phase.connecting
@@ -79,6 +77,16 @@ final class StreamState<Decoder: StreamDecoder> {
     func beginHold(inConsumer: Bool) {
         if inConsumer { isInConsumer = true } else { isParked = true }
         holdBytes = 0
+    }
+
+    /// An element is offered (the consumer holds the pump while it takes it when `holding`); returns the bytes it
+    /// stands for.
+    func offer(holding: Bool) -> Int {
+        elements += 1
+        connectionElements += 1
+        if holding { beginHold(inConsumer: true) }
+        defer { unofferedBytes = 0 }
+        return unofferedBytes
     }
 
     /// `cost` bytes arrived while the consumer holds the pump.

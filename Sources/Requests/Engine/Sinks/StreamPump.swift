@@ -33,7 +33,7 @@ extension StreamRequestOperation {
             // works on the stream are the library's, and offset it. A chunk costs its bytes and its bookkeeping, so
             // that a server sending tiny pieces is bounded too.
             if case .bytes = input {
-                let cost = bytes + StreamState<R.Decoder>.inputOverhead
+                let cost = bytes + StreamState.inputOverhead
                 if stream.consumerHoldsPump {
                     stream.heldArrival(cost)
                     let offered = sink?.offeredBytes() ?? 0
@@ -160,7 +160,7 @@ extension StreamRequestOperation {
 
     /// Runs the validations and the decoder's check on an accepted response; a failure stops the connection.
     func check(_ response: HTTPURLResponse, transfer: StreamSink) {
-        guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, stream.decoder) }) else { return }
+        guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, currentDecoder) }) else { return }
         withLock { (run.response, stream.lastResponse) = (response, response) }
         guard response.statusCode != 204 else {
             withLock { stream.phase = .closedByServer }
@@ -183,42 +183,36 @@ extension StreamRequestOperation {
     }
 
     func decode(_ data: Data) {
-        // Taken while it decodes.
-        let taken: R.Decoder? = withLock {
-            guard case .streaming = stream.phase else { return nil }
+        // Taken while it decodes; the sink, once per chunk.
+        let taken: (R.Decoder, ElementSink<R.Element>)? = withLock {
+            guard case .streaming = stream.phase, let sink, let decoder = currentDecoder.take() else { return nil }
             // Counted with the next element delivered (see `deliver`).
             stream.unofferedBytes += data.count
-            return stream.decoder.take()
+            return (decoder, sink)
         }
-        if var decoder = taken {
-            let decoded = Result { try decoder.decode(data) { guard deliver($0) else { throw StopDecoding() } } }
-            withLock { stream.decoder = decoder }
+        if let (taken, sink) = taken {
+            var decoder = taken
+            let decoded = Result { try decoder.decode(data) { guard deliver($0, to: sink) else { throw StopDecoding() } } }
+            withLock { currentDecoder = decoder }
+            sink.flush()
             if case let .failure(error) = decoded, !(error is StopDecoding) {
                 interrupt(with: error)
             }
         }
-        let sink = withLock { () -> ElementSink<R.Element>? in
-            stream.decoded(data.count)
-            return self.sink
-        }
-        sink?.flush()
+        withLock { stream.decoded(data.count) }
     }
 
     /// The operation completed while a chunk was being decoded.
     private struct StopDecoding: Error {}
 
-    /// Hands `element` to the consumer unless the operation has completed; returns whether it did.
-    func deliver(_ element: R.Element) -> Bool {
-        let taken: (ElementSink<R.Element>?, bytes: Int)? = ifNotCompleted {
-            stream.elements += 1
-            stream.connectionElements += 1
-            if self.sink?.runsConsumer == true { stream.beginHold(inConsumer: true) }
-            defer { stream.unofferedBytes = 0 }
-            return (self.sink, stream.unofferedBytes)
-        }
-        guard let (sink, bytes) = taken, let sink else { return false }
+    /// Hands `element` to `sink` unless the operation has completed; returns whether it did. Only the lock is taken
+    /// per element, and a handler's call is a hold of the pump (see ``StreamState/consumerLag``).
+    func deliver(_ element: R.Element, to sink: ElementSink<R.Element>) -> Bool {
+        let runsConsumer = sink.runsConsumer
+        let offered: Int? = withLock { isCompletedUnderLock ? nil : stream.offer(holding: runsConsumer) }
+        guard let bytes = offered else { return false }
         sink.deliver(element, bytes)
-        if sink.runsConsumer {
+        if runsConsumer {
             withLock { stream.isInConsumer = false }
         }
         return true

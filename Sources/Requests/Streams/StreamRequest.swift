@@ -44,8 +44,8 @@ public protocol StreamRequest: NetworkRequest where Success == StreamSummary {
     /// decoded; plus, for a loop, the bytes of the elements it has been offered and not taken. So a consumer fails only
     /// when it holds the stream longer than the library works on it, again and again: an empty consumer never fails,
     /// however fast the server, and one that sleeps 50 ms an element on a fast stream fails within a few elements.
-    /// The library's own lag (a decoder slower than the network) never fails the stream: up to half this size waits
-    /// in memory, and the rest in a private temporary file, unlinked as soon as it is open, read back in order.
+    /// The library's own lag (a decoder slower than the network) never fails the stream: up to a quarter of this size
+    /// waits in memory, and the rest in a private temporary file, unlinked as soon as it is open, read back in order.
     var bufferSize: Int { get }
 }
 

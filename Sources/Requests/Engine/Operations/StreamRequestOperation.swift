@@ -20,7 +20,7 @@ import Foundation
 /// request again from byte 0, not stop it, or crash Foundation), so the consumer's lag is bounded instead: past
 /// ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``. Only the
 /// consumer's own lag counts: bytes that wait while the library decodes never fail the stream; they wait in memory
-/// (up to half the buffer size) and beyond that in a private temporary file, read back in order.
+/// (up to a quarter of the buffer size) and beyond that in a private temporary file, read back in order.
 ///
 /// It finishes when the stream ends, fails or is cancelled, so operations that depend on it run after it.
 public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOperation<R>, @unchecked Sendable {

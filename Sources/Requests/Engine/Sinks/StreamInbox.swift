@@ -63,10 +63,10 @@ final class StreamState {
     /// What an input costs besides its bytes, against the buffer size and the memory limit.
     static var inputOverhead: Int { 64 }
 
-    /// The most bytes the inbox keeps in memory: half the buffer size, at least 1 MiB. (What waits beyond it waits on
-    /// disk: the same work for the session's thread whatever the limit, once the library lags for good.)
+    /// The most bytes the inbox keeps in memory: a quarter of the buffer size, at least 1 MiB. (What waits beyond it
+    /// waits on disk: the same work for the session's thread whatever the limit, once the library lags for good.)
     var memoryLimit: Int {
-        max(bufferSize / 2, 1 << 20)
+        max(bufferSize / 4, 1 << 20)
     }
 
     /// The most one hold adds to the consumer's lag: a quarter of the buffer size.

@@ -6,7 +6,7 @@ import Foundation
 /// The pump of a ``StreamRequestOperation``: the session's callbacks queue what arrives (the response, the bytes, the
 /// end), and one pump at a time, on the completion queue, checks the response, decodes the bytes and hands each element
 /// to the consumer, in order. The consumer's lag is bounded by ``StreamRequest/bufferSize``; the library's own lag is
-/// kept in memory up to half of that, and beyond it in a private temporary file (``StreamState``).
+/// kept in memory up to a quarter of that, and beyond it in a private temporary file (``StreamState``).
 extension StreamRequestOperation {
 
     /// What became of an input handed to the stream.

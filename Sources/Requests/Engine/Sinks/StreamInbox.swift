@@ -90,10 +90,21 @@ final class StreamState {
         return unofferedBytes
     }
 
-    /// `cost` bytes arrived while the consumer holds the pump.
-    func heldArrival(_ cost: Int) {
-        consumerLag += max(min(cost, holdShare - holdBytes), 0)
-        holdBytes += cost
+    /// `bytes` bytes of the body arrived: returns whether the consumer's lag, with the bytes `offered` to it and not
+    /// taken, stays within the buffer size. Bytes that arrive while the consumer holds the pump are its lag (a quarter
+    /// of the buffer size at most for one hold); those that arrive while the library works on the stream are the
+    /// library's, and offset it. A chunk costs its bytes and its bookkeeping, so that tiny pieces are bounded too.
+    func admitsArrival(of bytes: Int, offered: () -> Int) -> Bool {
+        let cost = bytes + Self.inputOverhead
+        if consumerHoldsPump {
+            consumerLag += max(min(cost, holdShare - holdBytes), 0)
+            holdBytes += cost
+            return consumerLag + offered() <= bufferSize
+        }
+        if isPumping {
+            consumerLag = max(consumerLag - cost, 0)
+        }
+        return true
     }
 
     /// Whether the consumer holds the pump: bytes that arrive now are the consumer's lag.

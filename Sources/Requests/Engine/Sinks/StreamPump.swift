@@ -29,21 +29,9 @@ extension StreamRequestOperation {
             if started { stream.hasStarted = true }
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
-            // Bytes that arrive while the consumer holds the pump are its lag; those that arrive while the library
-            // works on the stream are the library's, and offset it. A chunk costs its bytes and its bookkeeping, so
-            // that a server sending tiny pieces is bounded too.
-            if case .bytes = input {
-                let cost = bytes + StreamState.inputOverhead
-                if stream.consumerHoldsPump {
-                    stream.heldArrival(cost)
-                    let offered = sink?.offeredBytes() ?? 0
-                    guard stream.consumerLag + offered <= stream.bufferSize else {
-                        stream.hasOverflowed = true
-                        return .overflowed(bufferSize: stream.bufferSize)
-                    }
-                } else if stream.isPumping {
-                    stream.consumerLag = max(stream.consumerLag - cost, 0)
-                }
+            if case .bytes = input, !stream.admitsArrival(of: bytes, offered: { sink?.offeredBytes() ?? 0 }) {
+                stream.hasOverflowed = true
+                return .overflowed(bufferSize: stream.bufferSize)
             }
             do {
                 try stream.inbox.append(input, memoryLimit: stream.memoryLimit)

@@ -8,15 +8,70 @@ import Foundation
 import Requests
 import RequestsTestServer
 
-// Section 9: streams. A large body through a StreamRequest's chunk handler against a raw URLSession delegate data
-// task, each in a child process of its own (`--transfer-child stream|raw-stream BYTES BASE_URL`), in alternating
-// rounds; server-sent events parsed through the whole pipeline; and the time from a cancel to the completion.
+// Section 9: streams. A large body read by an empty consumer in each form (the chunk handler, a `for try await` loop
+// over the chunks, a line handler, a `for try await` loop over NDJSON records) against a raw URLSession delegate data
+// task, each in a child process of its own (`--transfer-child stream|stream-async|stream-lines|stream-ndjson|raw-stream
+// BYTES BASE_URL`), in rounds whose order rotates; server-sent events parsed through the whole pipeline; and the time
+// from a cancel to the completion.
 
 private struct BenchStream: StreamRequest {
     let url: URL
     var identifier: String { url.absoluteString }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         completion(.success(URLRequest(url: url)))
+    }
+}
+
+private struct BenchLines: StreamRequest {
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeDecoder() -> LineDecoder { LineDecoder() }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+/// One NDJSON record of the benchmark's body.
+private struct BenchRecord: Decodable, Sendable {
+    let n: Int
+    let text: String
+}
+
+private struct BenchRecords: StreamRequest {
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeDecoder() -> JSONLinesDecoder<BenchRecord> { JSONLinesDecoder() }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+/// The bodies of the decoded forms: 64 KiB pieces of 128-byte lines, or of 512-byte NDJSON records, each line ending
+/// in a line feed; the same piece again and again, so that the server holds one piece, not the body.
+enum BenchLineBody {
+    static let lineBytes = 128
+    static let recordBytes = 512
+    static let pieceBytes = 64 * 1024
+
+    static func piece(lineBytes: Int, make: (Int) -> String) -> Data {
+        var piece = Data()
+        for index in 0..<(pieceBytes / lineBytes) {
+            var line = make(index)
+            line += String(repeating: " ", count: max(lineBytes - 1 - line.utf8.count, 0))
+            piece.append(Data((line + "\n").utf8))
+        }
+        return piece
+    }
+
+    static let lines = piece(lineBytes: lineBytes) { "line \($0) " + String(repeating: "x", count: 64) }
+    static let records = piece(lineBytes: recordBytes) { "{\"n\":\($0),\"text\":\"" + String(repeating: "y", count: 400) + "\"}" }
+
+    /// Registers `/bench/lines` and `/bench/ndjson`, each `bytes` long (a multiple of 64 KiB).
+    static func serve(bytes: Int, on server: LoopbackServer) {
+        for (path, piece, type) in [("/bench/lines", lines, "text/plain"), ("/bench/ndjson", records, "application/x-ndjson")] {
+            let pieces = [Data](repeating: piece, count: max(bytes / pieceBytes, 1))
+            server.stream(path) { _ in LoopbackStream(headers: ["Content-Type": type], pieces: pieces) }
+        }
     }
 }
 
@@ -69,25 +124,63 @@ func runStreamChild(_ kind: String, bytes: Int, base: URL) -> Int? {
     let counter = ByteCounter()
     let session = URLSession(configuration: configuration)
     let queue = OperationQueue()
-    let operation = queue.addRequest(BenchStream(url: url), session: session) { chunk in counter.add(chunk.count) }
-    queue.waitUntilAllOperationsAreFinished()
-    guard case .success? = operation.result else {
-        // Read by the parent (measureTransfer), so that a round without a number says why.
-        let reason: String
-        switch operation.result {
-        case let .failure(error)?: reason = "\(error) (\(type(of: error)))"
-        default: reason = "no result"
+    let outcome: Result<Void, Error>
+    switch kind {
+    case "stream-async", "stream-ndjson":
+        // An empty `for try await` loop, in a task of its own; this thread waits for it.
+        let done = DispatchSemaphore(value: 0)
+        let result = ResultBox()
+        let records = kind == "stream-ndjson"
+        let recordURL = base.appendingPathComponent("bench/ndjson")
+        Task.detached {
+            do {
+                if records {
+                    for try await _ in queue.stream(for: BenchRecords(url: recordURL), session: session) { counter.add(BenchLineBody.recordBytes) }
+                } else {
+                    for try await chunk in queue.stream(for: BenchStream(url: url), session: session) { counter.add(chunk.count) }
+                }
+                result.set(.success(()))
+            } catch {
+                result.set(.failure(error))
+            }
+            done.signal()
         }
-        FileHandle.standardError.write(Data("the library's stream failed after \(counter.value >> 20) MiB: \(reason)\n".utf8))
+        done.wait()
+        outcome = result.value ?? .failure(CancellationError())
+    case "stream-lines":
+        let operation = queue.addRequest(BenchLines(url: base.appendingPathComponent("bench/lines")), session: session) { line in
+            counter.add(line.utf8.count + 1)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        outcome = operation.result.map { $0.map { _ in () }.mapError { $0 } } ?? .failure(CancellationError())
+    default:
+        let operation = queue.addRequest(BenchStream(url: url), session: session) { chunk in counter.add(chunk.count) }
+        queue.waitUntilAllOperationsAreFinished()
+        outcome = operation.result.map { $0.map { _ in () }.mapError { $0 } } ?? .failure(CancellationError())
+    }
+    if case let .failure(error) = outcome {
+        // Read by the parent (measureTransfer), so that a round without a number says why.
+        FileHandle.standardError.write(Data("the library's stream (\(kind)) failed after \(counter.value >> 20) MiB: \(error) (\(type(of: error)))\n".utf8))
         return nil
     }
     return counter.value
 }
 
+/// An outcome, set once from another thread.
+private final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Result<Void, Error>?
+    func set(_ value: Result<Void, Error>) { lock.withLock { stored = value } }
+    var value: Result<Void, Error>? { lock.withLock { stored } }
+}
+
 /// What section 9 measured.
 struct StreamFigures {
+    /// The chunk handler.
     var library: [TransferFigures] = []
     var raw: [TransferFigures] = []
+    /// The other forms of an empty consumer, by child kind (`stream-async`, `stream-lines`, `stream-ndjson`).
+    var forms: [String: [TransferFigures]] = [:]
     var events = 0
     var eventsPerSecond = Double.nan
     var decoderEventsPerSecond = Double.nan
@@ -97,12 +190,18 @@ struct StreamFigures {
 /// Runs the stream measurements against the embedded server.
 func measureStreams(bytes: Int, rounds: Int, events: Int, cancels: Int, server: LoopbackServer) -> StreamFigures {
     var figures = StreamFigures()
+    BenchLineBody.serve(bytes: bytes, on: server)
+    let kinds = ["stream", "raw-stream", "stream-async", "stream-lines", "stream-ndjson"]
     for round in 0..<rounds {
-        // Alternating which side goes first, so that neither always meets a cold or a warm machine.
-        let sides = round % 2 == 0 ? ["stream", "raw-stream"] : ["raw-stream", "stream"]
+        // The order rotates, so that no side always meets a cold or a warm machine.
+        let sides = kinds.indices.map { kinds[($0 + round) % kinds.count] }
         for side in sides {
             let measured = measureTransfer(side, bytes: bytes, base: server.baseURL)
-            if side == "stream" { figures.library.append(measured) } else { figures.raw.append(measured) }
+            switch side {
+            case "stream": figures.library.append(measured)
+            case "raw-stream": figures.raw.append(measured)
+            default: figures.forms[side, default: []].append(measured)
+            }
         }
     }
 
@@ -169,7 +268,7 @@ private final class Box: @unchecked Sendable {
 func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section {
     var section = Section(
         name: "Streams",
-        title: "9. Streams: a \(bytes >> 20) MiB body through the chunk handler (embedded server, child processes), events, cancellation",
+        title: "9. Streams: a \(bytes >> 20) MiB body read by an empty consumer in each form (embedded server, child processes), events, cancellation",
         rows: [])
     // A round that failed gives no rate: the median is over the rounds that moved every byte, and the failures get
     // a row of their own, so that one failed round neither hides the figures nor goes unseen.
@@ -180,29 +279,6 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         let rates = completed(runs).map { Double($0.bytes) / $0.seconds }
         return rates.isEmpty ? .nan : median(rates)
     }
-    let library = throughput(figures.library)
-    let raw = throughput(figures.raw)
-    let ratio = library / raw
-    section.rows.append(Row(
-        measure: "Throughput, StreamRequest chunk handler",
-        library: library.isNaN ? "no number" : "\(fixed(library / 1_048_576, 0)) MiB/s",
-        baseline: raw.isNaN ? "no number" : "\(fixed(raw / 1_048_576, 0)) MiB/s (raw URLSession delegate data task)",
-        comparison: ratio.isNaN ? "" : "ratio \(fixed(ratio, 3)), medians of \(completed(figures.library).count) and \(completed(figures.raw).count) rounds",
-        goal: "ratio ≥ 0.95",
-        verdict: ratio.isNaN ? .failed : (ratio >= 0.95 ? .pass : .miss)))
-    let failed = figures.library.filter { completed([$0]).isEmpty }
-    let rawFailed = figures.raw.filter { completed([$0]).isEmpty }
-    let reasons = Set((failed + rawFailed).map { $0.failure ?? "moved \($0.bytes) of \(bytes) bytes" }).sorted()
-    section.rows.append(Row(
-        measure: "Rounds that failed",
-        library: "\(failed.count) of \(figures.library.count)",
-        baseline: "\(rawFailed.count) of \(figures.raw.count), raw",
-        comparison: "",
-        goal: "none",
-        verdict: failed.isEmpty && rawFailed.isEmpty ? .pass : .miss))
-    if !reasons.isEmpty {
-        section.notes.append("Why rounds failed: " + reasons.joined(separator: "; "))
-    }
     // The growth over the process's resident size when the stream starts: a process that has only made one
     // URLSession request already holds about 33 MiB on Linux (Foundation, libcurl, ICU), so that is the floor.
     func growth(_ runs: [TransferFigures]) -> (peak: Double, growth: Double) {
@@ -210,15 +286,54 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         guard !valid.isEmpty else { return (.nan, .nan) }
         return (valid.map(\.peakBytes).max() ?? .nan, valid.map { $0.peakBytes - $0.residentAtStart }.max() ?? .nan)
     }
-    let (peak, grown) = growth(figures.library)
+    func mib(_ rate: Double) -> String {
+        rate.isNaN ? "no number" : "\(fixed(rate / 1_048_576, 0)) MiB/s"
+    }
+    let raw = throughput(figures.raw)
     let (rawPeak, rawGrown) = growth(figures.raw)
+    let forms: [(name: String, runs: [TransferFigures], goal: Double?)] = [
+        ("chunk handler", figures.library, 2),
+        ("for-await over chunks", figures.forms["stream-async"] ?? [], 2),
+        ("line handler, 128-byte lines", figures.forms["stream-lines"] ?? [], nil),
+        ("for-await over NDJSON, 512-byte records", figures.forms["stream-ndjson"] ?? [], nil),
+    ]
+    var reasons = Set(figures.raw.filter { completed([$0]).isEmpty }.map { $0.failure ?? "moved \($0.bytes) of \(bytes) bytes" })
+    for form in forms {
+        let rate = throughput(form.runs)
+        let ratio = rate / raw
+        let failed = form.runs.filter { completed([$0]).isEmpty }
+        reasons.formUnion(failed.map { $0.failure ?? "moved \($0.bytes) of \(bytes) bytes" })
+        let (peak, grown) = growth(form.runs)
+        var verdict: Verdict = .info
+        if rate.isNaN {
+            verdict = .failed
+        } else if !failed.isEmpty || !(grown < 32 * 1_048_576) {
+            verdict = .miss
+        } else if let goal = form.goal {
+            verdict = ratio >= goal ? .pass : .miss
+        } else {
+            verdict = .pass
+        }
+        section.rows.append(Row(
+            measure: "Empty consumer, \(form.name)",
+            library: "\(mib(rate)), \(failed.count) of \(form.runs.count) rounds failed",
+            baseline: "\(mib(raw)) (raw URLSession delegate data task)",
+            comparison: (ratio.isNaN ? "" : "ratio \(fixed(ratio, 2)); ")
+                + (grown.isNaN ? "growth: no number" : "growth +\(fixed(grown / 1_048_576, 1)) MiB (peak \(fixed(peak / 1_048_576, 1)) MiB)"),
+            goal: (form.goal.map { "ratio ≥ \(fixed($0, 0)), " } ?? "") + "no failed round, growth < 32 MiB",
+            verdict: verdict))
+    }
+    let rawFailed = figures.raw.filter { completed([$0]).isEmpty }
     section.rows.append(Row(
-        measure: "Peak resident memory, streaming \(bytes >> 20) MiB",
-        library: grown.isNaN ? "no number" : "+\(fixed(grown / 1_048_576, 1)) MiB over the start (peak \(fixed(peak / 1_048_576, 1)) MiB)",
-        baseline: rawGrown.isNaN ? "" : "+\(fixed(rawGrown / 1_048_576, 1)) MiB (peak \(fixed(rawPeak / 1_048_576, 1)) MiB), raw",
-        comparison: "highest of \(completed(figures.library).count) completed runs",
-        goal: "growth < 32 MiB",
-        verdict: grown.isNaN ? .failed : (grown < 32 * 1_048_576 ? .pass : .miss)))
+        measure: "Raw URLSession rounds",
+        library: "",
+        baseline: "\(rawFailed.count) of \(figures.raw.count) failed; growth " + (rawGrown.isNaN ? "no number" : "+\(fixed(rawGrown / 1_048_576, 1)) MiB (peak \(fixed(rawPeak / 1_048_576, 1)) MiB)"),
+        comparison: "",
+        goal: "information",
+        verdict: rawFailed.isEmpty ? .info : .miss))
+    if !reasons.isEmpty {
+        section.notes.append("Why rounds failed: " + reasons.sorted().joined(separator: "; "))
+    }
     section.rows.append(Row(
         measure: "Server-sent events, \(grouped(Double(events))) small events",
         library: figures.eventsPerSecond.isNaN ? "no number" : "\(grouped(figures.eventsPerSecond)) events/s",
@@ -234,12 +349,12 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         comparison: cancels.isEmpty ? "" : "max \(fixed(cancels.last ?? 0, 2)) ms of \(cancels.count)",
         goal: "information",
         verdict: cancels.isEmpty ? .failed : .info))
-    let rounds = zip(figures.library, figures.raw).map { pair -> String in
-        let (library, raw) = pair
-        return "\(fixed(Double(library.bytes) / library.seconds / 1_048_576, 0))/\(fixed(Double(raw.bytes) / raw.seconds / 1_048_576, 0))"
+    func rates(_ runs: [TransferFigures]) -> String {
+        runs.map { completed([$0]).isEmpty ? "failed" : fixed(Double($0.bytes) / $0.seconds / 1_048_576, 0) }.joined(separator: "/")
     }
-    section.notes.append("MiB/s per round, library/raw: \(rounds.joined(separator: ", ")). Each side runs in a child process of its own, "
-        + "which holds only the client; its peak is \(ResourceUsage.peakSource). The memory goal is on the growth over the child's resident size when the stream starts (about 31 MiB: a Linux process that has made one URLSession request holds about 33 MiB, so an absolute 32 MiB cannot be met by any client). The raw side's delegate queue is the session's own serial `OperationQueue`. The events are 38–44 bytes each, sent in 64 KiB pieces; "
+    let rounds = forms.map { "\($0.name) \(rates($0.runs))" } + ["raw \(rates(figures.raw))"]
+    section.notes.append("MiB/s per round: \(rounds.joined(separator: "; ")). Each side runs in a child process of its own, "
+        + "which holds only the client; its peak is \(ResourceUsage.peakSource). The memory goal is on the growth over the child's resident size when the stream starts (about 31 MiB: a Linux process that has made one URLSession request holds about 33 MiB, so an absolute 32 MiB cannot be met by any client). The raw side's delegate queue is the session's own serial `OperationQueue`. An empty consumer adds up the bytes (a record counts as its 512 bytes) under a lock; the line and NDJSON bodies are one 64 KiB piece of lines sent again and again; a round fails when the stream fails (`consumerTooSlow` was the failure before #34) or moves fewer bytes. The events are 38–44 bytes each, sent in 64 KiB pieces; "
         + "the rate counts from the request to the completion. Cancel to completion is the time from `cancel()` on another thread "
         + "to the completion handler, on a global queue.")
     return section

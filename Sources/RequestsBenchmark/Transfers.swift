@@ -91,7 +91,7 @@ func runTransferChild(_ arguments: [String]) -> Never {
         start = ResourceUsage.now()
         guard let kept = runResumeChild(arguments[0], bytes: bytes, base: base, session: session, file: file) else { exit(1) }
         transferred = kept
-    case "stream", "raw-stream":
+    case "stream", "raw-stream", "stream-async", "stream-lines", "stream-ndjson":
         start = ResourceUsage.now()
         guard let received = runStreamChild(arguments[0], bytes: bytes, base: base) else { exit(1) }
         transferred = received

@@ -34,9 +34,18 @@ public protocol StreamRequest: NetworkRequest where Success == StreamSummary {
     /// dropped connection fails the stream), except for server-sent events (``ReconnectPolicy/default``).
     var reconnectPolicy: ReconnectPolicy? { get }
 
-    /// The most bytes that may wait, undecoded, for a consumer slower than the server; past it, the stream fails
-    /// with ``StreamError/consumerTooSlow(bufferSize:)`` (a transfer cannot be held back on Linux; see
+    /// The most the consumer may lag behind the server, in bytes; past it, the stream fails with
+    /// ``StreamError/consumerTooSlow(bufferSize:)`` (a transfer cannot be held back on Linux; see
     /// ``StreamRequestOperation``). Default: ``defaultBufferSize``.
+    ///
+    /// Only the consumer's own lag counts: the bytes that arrive while the consumer holds the stream (its handler
+    /// runs, or a `for try await` loop has not taken the elements offered to it, half this size of them), at most a
+    /// quarter of this size for one such hold, less the bytes that arrive while the library decodes and the bytes
+    /// decoded; plus, for a loop, the bytes of the elements it has been offered and not taken. So a consumer fails only
+    /// when it holds the stream longer than the library works on it, again and again: an empty consumer never fails,
+    /// however fast the server, and one that sleeps 50 ms an element on a fast stream fails within a few elements.
+    /// The library's own lag (a decoder slower than the network) never fails the stream: up to a quarter of this size
+    /// waits in memory, and the rest in a private temporary file, unlinked as soon as it is open, read back in order.
     var bufferSize: Int { get }
 }
 
@@ -244,16 +253,19 @@ extension OperationQueue {
     /// }
     /// ```
     ///
-    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, about 64
-    /// elements wait for it (those of one chunk are all handed over), and then up to the request's
-    /// ``StreamRequest/bufferSize`` bytes; past that the stream throws ``StreamError/consumerTooSlow(bufferSize:)``.
-    /// One loop at a time may read the stream.
+    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, the
+    /// elements decoded from half the request's ``StreamRequest/bufferSize`` (at most 65,536 of them) wait for it
+    /// (those of one chunk are all handed over), and then the bytes that arrive count as its lag; past the buffer size
+    /// the stream throws ``StreamError/consumerTooSlow(bufferSize:)``, after the elements already offered. One loop at
+    /// a time may read the stream.
     public func stream<T: StreamRequest>(
         for request: T,
         session: URLSession = .shared,
         after dependencies: [Operation] = []
     ) -> AsyncThrowingStream<T.Element, Error> where T.Element: Sendable {
-        let buffer = ElementBuffer<T.Element>()
+        // Half the buffer size of elements waits for the loop; the pump then stops, and the bytes that arrive meanwhile
+        // are the loop's lag too.
+        let buffer = ElementBuffer<T.Element>(byteLimit: max(request.bufferSize, 1) / 2)
         let operation = StreamRequestOperation(request: request, session: session, completionQueue: nil, buffer: buffer)
         register(operation, for: request)
         dependencies.forEach(operation.addDependency)

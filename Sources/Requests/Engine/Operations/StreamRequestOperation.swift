@@ -17,8 +17,10 @@ import Foundation
 /// too, between calls. The completion comes last, once, after the last element, and no element follows it.
 ///
 /// A consumer slower than the server cannot hold the transfer back (on Linux, suspending a data task may send the
-/// request again from byte 0, not stop it, or crash Foundation), so the bytes that wait for the consumer are bounded
-/// instead: past ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``.
+/// request again from byte 0, not stop it, or crash Foundation), so the consumer's lag is bounded instead: past
+/// ``StreamRequest/bufferSize`` the stream fails with ``StreamError/consumerTooSlow(bufferSize:)``. Only the
+/// consumer's own lag counts: bytes that wait while the library decodes never fail the stream; they wait in memory
+/// (up to a quarter of the buffer size) and beyond that in a private temporary file, read back in order.
 ///
 /// It finishes when the stream ends, fails or is cancelled, so operations that depend on it run after it.
 public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOperation<R>, @unchecked Sendable {
@@ -26,8 +28,10 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     var sink: ElementSink<R.Element>?
     /// `self`, through an existential: the closures that run the pump must not capture `R`'s metatype.
     var streamCallbacks: any StreamCallbacks { self }
-    /// Guarded by the operation's lock.
-    let stream = StreamState<R.Decoder>()
+    /// Guarded by the operation's lock. (Not generic, so that the pump's work per element needs no type metadata.)
+    let stream = StreamState()
+    /// The current connection's decoder; `nil` while the pump decodes. Guarded by the operation's lock.
+    var currentDecoder: R.Decoder?
 
     /// Creates an operation that hands each element to `receive` and then the outcome to `completion`, both on
     /// `completionQueue` (a global queue when `nil`). It does nothing until started, usually by an `OperationQueue`;
@@ -39,7 +43,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         receive: @escaping (R.Element) -> Void,
         completion: R.CompletionType? = nil
     ) {
-        sink = ElementSink(deliver: receive, isFull: { false })
+        sink = ElementSink(handler: receive)
         super.init(request: request, session: session, completionQueue: completionQueue, completion: completion, interpreter: .unsupported)
     }
 
@@ -55,7 +59,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// Creates an operation that puts its elements in `buffer`, and ends it with the outcome.
     init(request: R, session: URLSession, completionQueue: DispatchQueue?, buffer: ElementBuffer<R.Element>) where R.Element: Sendable {
-        sink = ElementSink(deliver: buffer.push, isFull: { buffer.isFull })
+        sink = ElementSink(buffer: buffer)
         super.init(
             request: request, session: session, completionQueue: completionQueue,
             completion: { result in
@@ -83,7 +87,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         var decoder = request.makeDecoder()
         let policy = request.reconnectPolicy
         let bufferSize = max(request.bufferSize, 1)
-        if let previous = withLock({ stream.decoder }) { decoder.resume(after: previous) }
+        if let previous = withLock({ currentDecoder }) { decoder.resume(after: previous) }
         var droppedIDLength: Int?
         for (name, value) in decoder.requestHeaders {
             // The request's own headers win, except the decoder's place in the stream.
@@ -97,7 +101,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         }
         let sending = urlRequest
         let prepared = ifNotCompleted { () -> (StatusRule, RequestAttempt) in
-            stream.decoder = decoder
+            currentDecoder = decoder
             stream.reconnectPolicy = policy
             stream.bufferSize = bufferSize
             stream.startConnection()
@@ -172,7 +176,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
     func end(with error: Error?) {
-        let state = ifNotCompleted { () -> (StreamState<R.Decoder>.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
+        let state = ifNotCompleted { () -> (StreamState.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
             run.bodyBytes = Int(clamping: stream.bytes)
             return (stream.phase, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), run.response, stream.connectionBytes)
         }
@@ -188,9 +192,11 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         case .closedByServer:
             complete(with: .success(summary()))
         case .streaming:
-            if error == nil, var decoder = withLock({ stream.decoder.take() }) {
-                let finished = Result { try decoder.finish().forEach { _ = deliver($0) } }
-                withLock { stream.decoder = decoder }
+            if error == nil, let (taken, sink) = withLock({ sink.flatMap { sink in currentDecoder.take().map { ($0, sink) } } }) {
+                var decoder = taken
+                let finished = Result { try decoder.finish().forEach { _ = deliver($0, to: sink) } }
+                withLock { currentDecoder = decoder }
+                sink.flush()
                 if case let .failure(failure) = finished {
                     interrupt(with: failure)
                     return
@@ -213,7 +219,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
                 let error = StreamError.tooManyReconnections(limit: max(policy.maxReconnections, 0), window: policy.windowSpan)
                 return (.finish(.failure(error)), nil)
             }
-            let requested = stream.decoder?.reconnectionDelay
+            let requested = currentDecoder?.reconnectionDelay
             var notice: (RequestAttempt, RequestNotice)?
             // Told once each time the server's value changes, not at every reconnection.
             if let requested, requested < policy.serverDelayFloor, requested != stream.lastServerDelay, let sent = run.sentRequest {
@@ -263,7 +269,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     public override func releaseResources() {
         withLock {
             sink = nil
-            stream.decoder = nil
+            currentDecoder = nil
             stream.inbox.removeAll()
         }
         super.releaseResources()

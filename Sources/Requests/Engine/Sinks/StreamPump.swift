@@ -5,7 +5,8 @@ import Foundation
 
 /// The pump of a ``StreamRequestOperation``: the session's callbacks queue what arrives (the response, the bytes, the
 /// end), and one pump at a time, on the completion queue, checks the response, decodes the bytes and hands each element
-/// to the consumer, in order. The bytes waiting for it are bounded by ``StreamRequest/bufferSize``.
+/// to the consumer, in order. The consumer's lag is bounded by ``StreamRequest/bufferSize``; the library's own lag is
+/// kept in memory up to a quarter of that, and beyond it in a private temporary file (``StreamState``).
 extension StreamRequestOperation {
 
     /// What became of an input handed to the stream.
@@ -13,26 +14,31 @@ extension StreamRequestOperation {
         case queued(startPump: Bool)
         /// The stream has its outcome, or is failing: it takes nothing more.
         case refused
-        /// It would have made more than the buffer size wait: the stream fails.
+        /// The consumer's lag passed the buffer size: the stream fails.
         case overflowed(bufferSize: Int)
+        /// The spill file could not be made or written: the stream fails with that error.
+        case failed(Error)
     }
 
-    /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when too much waits.
-    /// Returns whether the stream still takes input.
+    /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when the consumer lags by
+    /// more than the buffer size. Returns whether the stream still takes input.
     @discardableResult
     func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false) -> Bool {
         let admission: Admission = withLock {
             guard !isCompletedUnderLock, !stream.hasOverflowed else { return .refused }
             if started { stream.hasStarted = true }
-            // A chunk costs its bytes and its bookkeeping, so that a server sending tiny pieces is bounded too.
-            if case .bytes = input { stream.waitingBytes += bytes + StreamState<R.Decoder>.inputOverhead }
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
-            guard stream.waitingBytes <= stream.bufferSize else {
+            if case .bytes = input, !stream.admitsArrival(of: bytes, offered: { sink?.offeredBytes() ?? 0 }) {
                 stream.hasOverflowed = true
                 return .overflowed(bufferSize: stream.bufferSize)
             }
-            stream.inbox.append(input)
+            do {
+                try stream.inbox.append(input, memoryLimit: stream.memoryLimit)
+            } catch {
+                stream.hasOverflowed = true
+                return .failed(error)
+            }
             return .queued(startPump: stream.claimPump())
         }
         let streamCallbacks = self.streamCallbacks
@@ -42,6 +48,9 @@ extension StreamRequestOperation {
         case let .overflowed(bufferSize):
             // Off the session's queue: the completion runs the monitors.
             DispatchQueue.global().async { streamCallbacks.fail(with: StreamError.consumerTooSlow(bufferSize: bufferSize)) }
+            return false
+        case let .failed(error):
+            DispatchQueue.global().async { streamCallbacks.fail(with: error) }
             return false
         case let .queued(startPump):
             if startPump {
@@ -71,6 +80,8 @@ extension StreamRequestOperation {
 
     private enum PumpStep {
         case process(StreamInput)
+        /// Read back `count` bytes of the spill file and decode them.
+        case readSpill(StreamSpill?, count: Int)
         case stop(then: (@Sendable () -> Void)?)
     }
 
@@ -86,18 +97,24 @@ extension StreamRequestOperation {
                 }
                 if let sink, sink.isFull() {
                     stream.isPumping = false
-                    stream.isParked = true
+                    stream.beginHold(inConsumer: false)
                     return .stop(then: nil)
                 }
-                guard let input = stream.inbox.popFirst() else {
+                switch stream.inbox.popFirst() {
+                case nil:
                     stream.isPumping = false
                     return .stop(then: nil)
+                case let .input(input)?:
+                    return .process(input)
+                case let .spilled(count)?:
+                    return .readSpill(stream.inbox.spill, count: count)
                 }
-                return .process(input)
             }
             switch step {
             case let .process(input):
                 process(input)
+            case let .readSpill(spill, count):
+                readBack(count, from: spill)
             case let .stop(then):
                 then?()
                 return
@@ -116,9 +133,22 @@ extension StreamRequestOperation {
         }
     }
 
+    /// Reads back the next `count` bytes the inbox spilled, and decodes them; a failed read fails the stream.
+    func readBack(_ count: Int, from spill: StreamSpill?) {
+        do {
+            // The file exists while spilled bytes wait.
+            guard let spill else { throw POSIXError(.EBADF) }
+            let data = try spill.read(count)
+            withLock { stream.inbox.spillWasRead() }
+            decode(data)
+        } catch {
+            interrupt(with: error)
+        }
+    }
+
     /// Runs the validations and the decoder's check on an accepted response; a failure stops the connection.
     func check(_ response: HTTPURLResponse, transfer: StreamSink) {
-        guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, stream.decoder) }) else { return }
+        guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, currentDecoder) }) else { return }
         withLock { (run.response, stream.lastResponse) = (response, response) }
         guard response.statusCode != 204 else {
             withLock { stream.phase = .closedByServer }
@@ -141,33 +171,38 @@ extension StreamRequestOperation {
     }
 
     func decode(_ data: Data) {
-        // Taken while it decodes.
-        let taken: R.Decoder? = withLock {
-            guard case .streaming = stream.phase else { return nil }
-            return stream.decoder.take()
+        // Taken while it decodes; the sink, once per chunk.
+        let taken: (R.Decoder, ElementSink<R.Element>)? = withLock {
+            guard case .streaming = stream.phase, let sink, let decoder = currentDecoder.take() else { return nil }
+            // Counted with the next element delivered (see `deliver`).
+            stream.unofferedBytes += data.count
+            return (decoder, sink)
         }
-        if var decoder = taken {
-            let decoded = Result { try decoder.decode(data) { guard deliver($0) else { throw StopDecoding() } } }
-            withLock { stream.decoder = decoder }
+        if let (taken, sink) = taken {
+            var decoder = taken
+            let decoded = Result { try decoder.decode(data) { guard deliver($0, to: sink) else { throw StopDecoding() } } }
+            withLock { currentDecoder = decoder }
+            sink.flush()
             if case let .failure(error) = decoded, !(error is StopDecoding) {
                 interrupt(with: error)
             }
         }
-        withLock { stream.waitingBytes -= data.count + StreamState<R.Decoder>.inputOverhead }
+        withLock { stream.decoded(data.count) }
     }
 
     /// The operation completed while a chunk was being decoded.
     private struct StopDecoding: Error {}
 
-    /// Hands `element` to the consumer unless the operation has completed; returns whether it did.
-    func deliver(_ element: R.Element) -> Bool {
-        let sink: ElementSink<R.Element>?? = ifNotCompleted {
-            stream.elements += 1
-            stream.connectionElements += 1
-            return self.sink
+    /// Hands `element` to `sink` unless the operation has completed; returns whether it did. Only the lock is taken
+    /// per element, and a handler's call is a hold of the pump (see ``StreamState/consumerLag``).
+    func deliver(_ element: R.Element, to sink: ElementSink<R.Element>) -> Bool {
+        let runsConsumer = sink.runsConsumer
+        let offered: Int? = withLock { isCompletedUnderLock ? nil : stream.offer(holding: runsConsumer) }
+        guard let bytes = offered else { return false }
+        sink.deliver(element, bytes)
+        if runsConsumer {
+            withLock { stream.isInConsumer = false }
         }
-        guard let sink = sink ?? nil else { return false }
-        sink.deliver(element)
         return true
     }
 
@@ -175,9 +210,34 @@ extension StreamRequestOperation {
 
 /// Where a stream's elements go: a handler, or the buffer of an `AsyncThrowingStream`.
 struct ElementSink<Element> {
-    let deliver: (Element) -> Void
+    /// Hands over an element, with the bytes of the body it stands for.
+    let deliver: (Element, Int) -> Void
     /// Whether the pump is to wait for the consumer.
     let isFull: () -> Bool
+    /// The bytes of the elements offered to the consumer and not taken yet (those of a buffer).
+    let offeredBytes: () -> Int
+    /// Hands what was delivered to a consumer that waits (after each chunk).
+    let flush: () -> Void
+    /// Whether ``deliver`` runs the consumer's code (a handler), so that the consumer holds the pump meanwhile.
+    let runsConsumer: Bool
+
+    /// A handler: it takes each element as it is offered.
+    init(handler: @escaping (Element) -> Void) {
+        deliver = { element, _ in handler(element) }
+        isFull = { false }
+        offeredBytes = { 0 }
+        flush = {}
+        runsConsumer = true
+    }
+
+    /// The buffer of an `AsyncThrowingStream`: the consumer holds the pump only while the buffer is full.
+    init(buffer: ElementBuffer<Element>) where Element: Sendable {
+        deliver = { buffer.push($0, bytes: $1) }
+        isFull = { buffer.isFull }
+        offeredBytes = { buffer.offeredBytes }
+        flush = { buffer.flush() }
+        runsConsumer = false
+    }
 }
 
 /// What the session hands a stream, in order.
@@ -185,91 +245,4 @@ enum StreamInput {
     case response(HTTPURLResponse, StreamSink)
     case bytes(Data)
     case end(Error?)
-}
-
-/// The state of a running stream, guarded by its operation's lock.
-final class StreamState<Decoder: StreamDecoder> {
-    enum Phase {
-        /// Waiting for the connection's response to be checked.
-        case connecting
-        /// The response was refused by a validation or the decoder, with this error; the connection is being stopped.
-        case rejected(Error)
-        /// The body is being decoded.
-        case streaming
-        /// A 204: the server has no (more) stream.
-        case closedByServer
-    }
-
-    /// The current connection's decoder; `nil` while the pump decodes.
-    var decoder: Decoder?
-    var reconnectPolicy: ReconnectPolicy?
-    var bufferSize = 1
-    var phase = Phase.connecting
-    /// Whether the current connection's response was accepted by status, so its end goes through the pump.
-    var hasStarted = false
-    var inbox = Inbox()
-    /// Bytes received and not decoded yet.
-    var waitingBytes = 0
-    /// More than the buffer size waited: the stream is failing, and takes nothing more.
-    var hasOverflowed = false
-    var isPumping = false
-    /// The pump stopped because the consumer's buffer is full.
-    var isParked = false
-    var deferredCompletion: (@Sendable () -> Void)?
-    var elements = 0
-    var bytes: Int64 = 0
-    /// Connections whose response was accepted.
-    var connections = 0
-    var connectionElements = 0
-    var connectionBytes = 0
-    var emptyConnectionsInARow = 0
-    /// When the reconnections within the policy's window were made (monotonic nanoseconds), at most its cap.
-    var reconnectionTimes: [UInt64] = []
-    /// The server's reconnection delay at the last reconnection, so that a raised one is told once per value.
-    var lastServerDelay: TimeInterval?
-    /// The last response accepted, kept for the summary while a reconnection waits or fails.
-    var lastResponse: HTTPURLResponse?
-
-    /// What an input costs besides its bytes, against the buffer size.
-    static var inputOverhead: Int { 64 }
-
-    func startConnection() {
-        (phase, hasStarted, connectionElements, connectionBytes) = (.connecting, false, 0, 0)
-    }
-
-    /// Whether the caller is to start the pump: it is not running, nor waiting for the consumer.
-    func claimPump() -> Bool {
-        guard !isPumping, !isParked else { return false }
-        isPumping = true
-        return true
-    }
-
-    /// A queue of inputs: append at the end, take from the front, both O(1) amortised.
-    struct Inbox {
-        private var items: [StreamInput] = []
-        private var head = 0
-
-        mutating func append(_ input: StreamInput) {
-            items.append(input)
-        }
-
-        mutating func popFirst() -> StreamInput? {
-            guard head < items.count else { return nil }
-            let input = items[head]
-            head += 1
-            if head == items.count {
-                items.removeAll(keepingCapacity: items.count <= 1024)
-                head = 0
-            } else if head >= 1024, head * 2 >= items.count {
-                items.removeFirst(head)
-                head = 0
-            }
-            return input
-        }
-
-        mutating func removeAll() {
-            items.removeAll()
-            head = 0
-        }
-    }
 }

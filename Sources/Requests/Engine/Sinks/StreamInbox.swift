@@ -242,9 +242,10 @@ final class StreamSpill: @unchecked Sendable {
 
     func append(_ data: Data) throws {
         let written = data.withUnsafeBytes { buffer -> Int in
+            guard let base = buffer.baseAddress else { return 0 }
             var done = 0
             while done < buffer.count {
-                let count = pwrite(writer.fileDescriptor, buffer.baseAddress! + done, buffer.count - done, writeOffset + off_t(done))
+                let count = pwrite(writer.fileDescriptor, base + done, buffer.count - done, writeOffset + off_t(done))
                 if count < 0, errno == EINTR { continue }
                 guard count > 0 else { return -1 }
                 done += count
@@ -259,9 +260,10 @@ final class StreamSpill: @unchecked Sendable {
     func read(_ count: Int) throws -> Data {
         var data = Data(count: count)
         let read = data.withUnsafeMutableBytes { buffer -> Int in
+            guard let base = buffer.baseAddress else { return 0 }
             var done = 0
             while done < count {
-                let got = pread(reader, buffer.baseAddress! + done, count - done, readOffset + off_t(done))
+                let got = pread(reader, base + done, count - done, readOffset + off_t(done))
                 if got < 0, errno == EINTR { continue }
                 guard got > 0 else { return -1 }
                 done += got

@@ -93,6 +93,24 @@ final class CallerDelegateTests: XCTestCase {
         return results.values.first
     }
 
+    /// Hands a made-up server-trust challenge to the session Requests derives from `app`, as its transport would;
+    /// returns the answers, once there is one.
+    private func answersToAMadeUpServerTrustChallenge(on app: URLSession) -> Recorder<URLSession.AuthChallengeDisposition> {
+        let (derived, transfers) = TransferSession.session(for: app)
+        let task = derived.dataTask(with: server.url("/json"))
+        let space = URLProtectionSpace(
+            host: "localhost", port: Int(server.port), protocol: "https", realm: nil, authenticationMethod: "NSURLAuthenticationMethodServerTrust"
+        )
+        let challenge = URLAuthenticationChallenge(
+            protectionSpace: space, proposedCredential: nil, previousFailureCount: 0, failureResponse: nil, error: nil,
+            sender: SilentSender()
+        )
+        let answers = Recorder<URLSession.AuthChallengeDisposition>()
+        transfers.urlSession(derived, task: task, didReceive: challenge) { disposition, _ in answers.append(disposition) }
+        waitUntil(timeout: 120, "the challenge is answered") { answers.count > 0 }
+        return answers
+    }
+
     func testThePinningDelegateIsAskedAboutEveryChallengeWhateverItsQueue() {
         let serial = OperationQueue()
         serial.maxConcurrentOperationCount = 1
@@ -150,53 +168,27 @@ final class CallerDelegateTests: XCTestCase {
     }
 
     func testAChallengeNoSocketHereRaisesReachesTheDelegateAndItsAnswerIsKept() throws {
-        // Given an app's session whose delegate refuses server trust (pinning that fails), and the session Requests
-        // derives from it (corelibs raises no server-trust challenge, so one is made up)
+        // Given an app's session whose delegate refuses server trust (pinning that fails)
         let delegate = AppDelegate(.cancelAuthenticationChallenge)
         let app = session(delegate, queue: nil)
         defer { app.finishTasksAndInvalidate() }
-        let (derived, transfers) = TransferSession.session(for: app)
-        let task = derived.dataTask(with: server.url("/json"))
-        let space = URLProtectionSpace(
-            host: "localhost", port: Int(server.port), protocol: "https", realm: nil,
-            authenticationMethod: "NSURLAuthenticationMethodServerTrust"
-        )
-        let challenge = URLAuthenticationChallenge(
-            protectionSpace: space, proposedCredential: nil, previousFailureCount: 0, failureResponse: nil, error: nil,
-            sender: SilentSender()
-        )
-
-        // When the derived session receives it
-        let answers = Recorder<URLSession.AuthChallengeDisposition>()
-        transfers.urlSession(derived, task: task, didReceive: challenge) { disposition, _ in answers.append(disposition) }
+        // When the session Requests derives from it receives a made-up server-trust challenge (corelibs raises none)
+        let answers = answersToAMadeUpServerTrustChallenge(on: app)
 
         // Then the app's delegate decided it, as it would without Requests
-        waitUntil(timeout: 120, "the challenge is answered") { answers.count > 0 }
         XCTAssertEqual(answers.values, [.cancelAuthenticationChallenge])
         XCTAssertEqual(delegate.challenges, ["NSURLAuthenticationMethodServerTrust"])
         XCTAssertTrue(delegate.sessions.allSatisfy { $0 === app })
     }
 
     func testWithoutADelegateAChallengeGetsTheDefaultHandling() {
-        // Given a session without a delegate, and a made-up challenge of a kind that is not HTTP authentication
+        // Given a session without a delegate
         let app = session(nil, queue: nil)
         defer { app.finishTasksAndInvalidate() }
-        let (derived, transfers) = TransferSession.session(for: app)
-        let task = derived.dataTask(with: server.url("/json"))
-        let space = URLProtectionSpace(
-            host: "localhost", port: Int(server.port), protocol: "https", realm: nil, authenticationMethod: "NSURLAuthenticationMethodServerTrust"
-        )
-        let challenge = URLAuthenticationChallenge(
-            protectionSpace: space, proposedCredential: nil, previousFailureCount: 0, failureResponse: nil, error: nil,
-            sender: SilentSender()
-        )
-
-        // When the derived session receives it
-        let answers = Recorder<URLSession.AuthChallengeDisposition>()
-        transfers.urlSession(derived, task: task, didReceive: challenge) { disposition, _ in answers.append(disposition) }
+        // When the session Requests derives from it receives a made-up server-trust challenge
+        let answers = answersToAMadeUpServerTrustChallenge(on: app)
 
         // Then Foundation's default handling decides
-        waitUntil(timeout: 120, "the challenge is answered") { answers.count > 0 }
         XCTAssertEqual(answers.values, [.performDefaultHandling])
     }
 

@@ -12,38 +12,6 @@ import Glibc
 /// An outside attack on the response cache (2026-11-26, issue #32), kept as regression tests: each test asserts the safe
 /// behaviour; a comment over a test says what the attack achieved before the fix.
 final class CacheAttackTests: CacheTestCase {
-    private let events = CacheEventRecorder()
-
-    private func fetch(
-        _ request: CatalogueRequest, on session: URLSession = testSession, cache: ResponseCache? = nil,
-        policies: RequestPolicies? = nil
-    ) -> Result<Catalogue, Error> {
-        let queue = OperationQueue()
-        var p = policies ?? RequestPolicies()
-        p.monitors = [events]
-        p.responseCache = cache ?? self.cache
-        queue.requestPolicies = p
-        let results = Recorder<Result<Catalogue, Error>>()
-        queue.addRequest(request, session: session) { results.append($0) }
-        queue.waitUntilAllOperationsAreFinished()
-        return results.values.first ?? .failure(RequestQueueError.misuse("no completion"))
-    }
-
-    /// A route: `respond(n, request)` gives status and headers for the n-th request; body is version n.
-    private func route(_ respond: @escaping @Sendable (Int, LoopbackRequest) -> (Int, [String: String], Int)) -> (URL, SeenRequests) {
-        let path = "/attack-cache/\(UUID().uuidString)"
-        let seen = SeenRequests()
-        server.route(path) { request in
-            seen.append(request)
-            let (status, headers, version) = respond(seen.all.count - 1, request)
-            var all = headers
-            if status == 304 { return LoopbackResponse(status: 304, headers: all) }
-            all["Content-Type"] = "application/json"
-            return LoopbackResponse(status: status, headers: all, body: Data(#"{"version":\#(version),"path":"\#(path)"}"#.utf8))
-        }
-        return (server.url(path), seen)
-    }
-
     private func diskContains(_ needle: String, in folder: URL? = nil) -> Bool {
         let folder = folder ?? directory!
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
@@ -57,16 +25,16 @@ final class CacheAttackTests: CacheTestCase {
     /// A 304 carrying Set-Cookie: `CachedResponse.refreshed(by:)` copies every header but the framing ones, so the
     /// Set-Cookie the init strips is written to disk and replayed with every later hit.
     func testA304sSetCookieIsNeitherStoredNorReplayed() throws {
-        let (url, _) = route { n, request in
+        let (url, _) = versionedRoute { n, request in
             if n == 0 { return (200, ["ETag": "\"v1\"", "Cache-Control": "max-age=0"], 1) }
             if request.headers["if-none-match"] == "\"v1\"" {
                 return (304, ["ETag": "\"v1\"", "Cache-Control": "max-age=600", "Set-Cookie": "session=SECRETCOOKIE304; Path=/"], 1)
             }
             return (200, ["ETag": "\"v1\""], 1)
         }
-        XCTAssertEqual(try fetch(CatalogueRequest(url: url)).get().version, 1)
-        XCTAssertEqual(try fetch(CatalogueRequest(url: url)).get().version, 1)  // revalidated by the 304
-        XCTAssertEqual(try fetch(CatalogueRequest(url: url)).get().version, 1)  // hit
+        XCTAssertEqual(try fetchCatalogue(CatalogueRequest(url: url)).get().version, 1)
+        XCTAssertEqual(try fetchCatalogue(CatalogueRequest(url: url)).get().version, 1)  // revalidated by the 304
+        XCTAssertEqual(try fetchCatalogue(CatalogueRequest(url: url)).get().version, 1)  // hit
         let entry = cache.entry(for: try XCTUnwrap(CacheableRequest(URLRequest(url: url), session: testSession)))
         let replayed = entry?.httpResponse(for: url)?.value(forHTTPHeaderField: "Set-Cookie")
         XCTAssertNil(replayed, "Set-Cookie from a 304 is replayed on every hit: \(replayed ?? "")")
@@ -76,16 +44,16 @@ final class CacheAttackTests: CacheTestCase {
     /// A 304 that adds `Vary: X-User`: the refreshed entry's headers say Vary X-User but its `varyValues` are not
     /// recomputed, so a request with another X-User is served the entry without the server being asked.
     func testA304ThatAddsVaryIsEnforced() throws {
-        let (url, seen) = route { n, request in
+        let (url, seen) = versionedRoute { n, request in
             if n == 0 { return (200, ["ETag": "\"v1\"", "Cache-Control": "max-age=0"], 1) }
             if request.headers["if-none-match"] == "\"v1\"" {
                 return (304, ["ETag": "\"v1\"", "Cache-Control": "max-age=600", "Vary": "X-User"], 1)
             }
             return (200, ["ETag": "\"v2\"", "Cache-Control": "max-age=600", "Vary": "X-User"], 2)
         }
-        _ = try fetch(CatalogueRequest(url: url)).get()
-        _ = try fetch(CatalogueRequest(url: url, headers: ["X-User": "alice"])).get()  // 304 with Vary: X-User
-        let bob = try fetch(CatalogueRequest(url: url, headers: ["X-User": "bob"])).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url, headers: ["X-User": "alice"])).get()  // 304 with Vary: X-User
+        let bob = try fetchCatalogue(CatalogueRequest(url: url, headers: ["X-User": "bob"])).get()
         XCTAssertEqual(seen.all.count, 3, "bob's request (another X-User under Vary: X-User) must reach the server")
         XCTAssertEqual(bob.version, 2)
     }
@@ -94,12 +62,12 @@ final class CacheAttackTests: CacheTestCase {
     func testA304CannotGrowAnEntryPastMaximumEntrySize() throws {
         cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: directory, maximumEntrySize: 2_000)
         let padding = String(repeating: "x", count: 30_000)
-        let (url, _) = route { n, request in
+        let (url, _) = versionedRoute { n, request in
             if n == 0 { return (200, ["ETag": "\"v1\"", "Cache-Control": "max-age=0"], 1) }
             return (304, ["ETag": "\"v1\"", "Cache-Control": "max-age=0", "X-Pad": padding], 1)
         }
-        _ = try fetch(CatalogueRequest(url: url)).get()
-        _ = try fetch(CatalogueRequest(url: url)).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
         let sizes = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { CacheStorage.isEntryFileName($0) }.map {
             try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent($0).path)[.size] as? Int ?? 0
         }
@@ -117,7 +85,7 @@ final class CacheAttackTests: CacheTestCase {
         configuration.httpCookieStorage = cookies
         let session = URLSession(configuration: configuration)
         defer { session.finishTasksAndInvalidate() }
-        let (url, _) = route { _, request in
+        let (url, _) = versionedRoute { _, request in
             (200, ["Cache-Control": "private, max-age=600"], request.headers["cookie"]?.contains("session=alice") == true ? 100 : 200)
         }
         func set(_ value: String) {
@@ -125,38 +93,38 @@ final class CacheAttackTests: CacheTestCase {
             cookies.setCookie(HTTPCookie(properties: [.name: "session", .value: value, .domain: url.host!, .path: "/", .originURL: url])!)
         }
         set("alice")
-        XCTAssertEqual(try fetch(CatalogueRequest(url: url), on: session).get().version, 100)
+        XCTAssertEqual(try fetchCatalogue(CatalogueRequest(url: url), on: session).get().version, 100)
         set("bob")
-        let bob = try fetch(CatalogueRequest(url: url), on: session).get()
+        let bob = try fetchCatalogue(CatalogueRequest(url: url), on: session).get()
         XCTAssertEqual(bob.version, 200, "bob (other session cookie) was served alice's page from the cache")
     }
 
     /// An explicit Cookie header on the request is not part of the credential either.
     func testAnExplicitCookieHeaderPartitionsAPrivatePage() throws {
-        let (url, seen) = route { _, request in
+        let (url, seen) = versionedRoute { _, request in
             (200, ["Cache-Control": "private, max-age=600"], request.headers["cookie"] == "sid=alice" ? 100 : 200)
         }
-        _ = try fetch(CatalogueRequest(url: url, headers: ["Cookie": "sid=alice"])).get()
-        _ = try fetch(CatalogueRequest(url: url, headers: ["Cookie": "sid=bob"])).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url, headers: ["Cookie": "sid=alice"])).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url, headers: ["Cookie": "sid=bob"])).get()
         XCTAssertEqual(seen.all.count, 2, "Cookie: sid=bob was served sid=alice's page from the cache")
     }
 
     /// Secrets in the query string (an `access_token=`, a signed URL) are written to disk in plain text: in the key
     /// (file header) and in the entry's JSON `url`.
     func testAQueryStringTokenIsNeverWrittenToDisk() throws {
-        let (base, _) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        let (base, _) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
         let url = URL(string: base.absoluteString + "?access_token=QUERYSECRET42")!
-        _ = try fetch(CatalogueRequest(url: url)).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
         XCTAssertFalse(diskContains("QUERYSECRET42"), "query-string token found on disk")
     }
 
     /// Userinfo password never on disk (expected to hold).
     func testUserInfoAndAuthorizationNeverOnDisk() throws {
-        let (base, _) = route { _, _ in (200, ["Cache-Control": "private, max-age=600", "Vary": "Authorization, X-Api-Key"], 1) }
+        let (base, _) = versionedRoute { _, _ in (200, ["Cache-Control": "private, max-age=600", "Vary": "Authorization, X-Api-Key"], 1) }
         var components = URLComponents(url: base, resolvingAgainstBaseURL: false)!
         components.user = "bob"
         components.password = "USERINFOPW77"
-        _ = try fetch(CatalogueRequest(url: components.url!, headers: ["Authorization": "Bearer AUTHTOKEN55", "X-Api-Key": "APIKEY99"])).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: components.url!, headers: ["Authorization": "Bearer AUTHTOKEN55", "X-Api-Key": "APIKEY99"])).get()
         XCTAssertFalse(diskContains("USERINFOPW77"))
         XCTAssertFalse(diskContains("AUTHTOKEN55"))
         XCTAssertFalse(diskContains("APIKEY99"))
@@ -175,8 +143,8 @@ final class CacheAttackTests: CacheTestCase {
         defer { try? FileManager.default.removeItem(at: parent) }
         let folder = parent.appendingPathComponent("cache", isDirectory: true)
         let cache = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: folder, maximumEntrySize: 1 << 20)
-        let (url, _) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
-        XCTAssertEqual(try fetch(CatalogueRequest(url: url), cache: cache).get().version, 1)
+        let (url, _) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        XCTAssertEqual(try fetchCatalogue(CatalogueRequest(url: url), cache: cache).get().version, 1)
         let name = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: folder.path).first { CacheStorage.isEntryFileName($0) })
         var contents = try Data(contentsOf: folder.appendingPathComponent(name))
         // The other user (uid 65534): moves our folder aside, makes its own with a forged entry.
@@ -188,7 +156,7 @@ final class CacheAttackTests: CacheTestCase {
         chown(folder.path, 65534, 65534)
         chmod(folder.path, 0o777)
         chown(folder.appendingPathComponent(name).path, 65534, 65534)
-        let second = try fetch(CatalogueRequest(url: url), cache: cache).get()
+        let second = try fetchCatalogue(CatalogueRequest(url: url), cache: cache).get()
         XCTAssertEqual(second.version, 1, "served a forged entry from another user's folder")
     }
 
@@ -204,39 +172,39 @@ final class CacheAttackTests: CacheTestCase {
                 headers: ["Content-Type": "application/json", "ETag": "\"v9\"", "Cache-Control": "max-age=600"],
                 body: Data(#"{"version":9,"path":"x"}"#.utf8))
         }
-        let (url, _) = route { n, _ in
+        let (url, _) = versionedRoute { n, _ in
             n == 0 ? (200, ["ETag": "\"v1\"", "Cache-Control": "max-age=0"], 1) : (308, ["Location": path2], 1)
         }
-        _ = try fetch(CatalogueRequest(url: url)).get()
-        let second = fetch(CatalogueRequest(url: url))
-        let third = fetch(CatalogueRequest(url: url))
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
+        let second = fetchCatalogue(CatalogueRequest(url: url))
+        let third = fetchCatalogue(CatalogueRequest(url: url))
         XCTAssertEqual(try second.get().version, 9)
         XCTAssertEqual(try third.get().version, 9)
     }
 
     /// A duplicated max-age: RFC 9111 §4.2.1 says use the first or treat as stale; the parser keeps the last.
     func testADuplicatedMaxAgeUsesTheFirst() throws {
-        let (url, seen) = route { _, _ in (200, ["Cache-Control": "max-age=0, max-age=600"], 1) }
-        _ = try fetch(CatalogueRequest(url: url)).get()
-        _ = try fetch(CatalogueRequest(url: url)).get()
+        let (url, seen) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=0, max-age=600"], 1) }
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url)).get()
         XCTAssertEqual(seen.all.count, 2, "max-age=0, max-age=600 was served fresh")
     }
 
     /// A 301 stored while the queue refused redirects is later served, from the cache, to a request whose policy
     /// follows redirects: the cached 3xx is not followed (functional, not a leak).
     func testARedirectIsNeverStoredSoAFollowingRequestFollowsIt() throws {
-        let (target, _) = route { _, _ in (200, [:], 5) }
-        let (url, _) = route { _, _ in (301, ["Location": target.absoluteString, "Cache-Control": "max-age=600"], 0) }
-        _ = fetch(CatalogueRequest(url: url), policies: RequestPolicies(redirectPolicy: .refuse))
-        let followed = fetch(CatalogueRequest(url: url), policies: RequestPolicies(redirectPolicy: .follow))
+        let (target, _) = versionedRoute { _, _ in (200, [:], 5) }
+        let (url, _) = versionedRoute { _, _ in (301, ["Location": target.absoluteString, "Cache-Control": "max-age=600"], 0) }
+        _ = fetchCatalogue(CatalogueRequest(url: url), policies: RequestPolicies(redirectPolicy: .refuse))
+        let followed = fetchCatalogue(CatalogueRequest(url: url), policies: RequestPolicies(redirectPolicy: .follow))
         XCTAssertEqual(try followed.get().version, 5)
     }
 
     /// HEAD and GET are separate entries (expected to hold).
     func testHeadDoesNotAnswerGet() throws {
-        let (url, seen) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
-        _ = fetch(CatalogueRequest(url: url, method: "HEAD"))
-        let get = fetch(CatalogueRequest(url: url))
+        let (url, seen) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        _ = fetchCatalogue(CatalogueRequest(url: url, method: "HEAD"))
+        let get = fetchCatalogue(CatalogueRequest(url: url))
         XCTAssertEqual(try get.get().version, 1)
         XCTAssertEqual(seen.all.count, 2)
     }

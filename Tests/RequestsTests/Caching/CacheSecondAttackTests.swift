@@ -25,35 +25,6 @@ struct CookieFlagRequest: DecodableRequest {
 /// A second outside attack on the response cache (2026-11-26, issue #32), after the first attack's fixes; kept as
 /// regression tests. Each test asserts the safe behaviour.
 final class CacheSecondAttackTests: CacheTestCase {
-    private let events = CacheEventRecorder()
-
-    private func fetch<R: DecodableRequest>(_ request: R, on session: URLSession = testSession, cache: ResponseCache? = nil) -> Result<Catalogue, Error>
-    where R.Success == Catalogue, R.Failure == Error {
-        let queue = OperationQueue()
-        var p = RequestPolicies()
-        p.monitors = [events]
-        p.responseCache = cache ?? self.cache
-        queue.requestPolicies = p
-        let results = Recorder<Result<Catalogue, Error>>()
-        queue.addRequest(request, session: session) { results.append($0) }
-        queue.waitUntilAllOperationsAreFinished()
-        return results.values.first ?? .failure(RequestQueueError.misuse("no completion"))
-    }
-
-    private func route(_ respond: @escaping @Sendable (Int, LoopbackRequest) -> (Int, [String: String], Int)) -> (URL, SeenRequests) {
-        let path = "/attack2-cache/\(UUID().uuidString)"
-        let seen = SeenRequests()
-        server.route(path) { request in
-            seen.append(request)
-            let (status, headers, version) = respond(seen.all.count - 1, request)
-            var all = headers
-            if status == 304 { return LoopbackResponse(status: 304, headers: all) }
-            all["Content-Type"] = "application/json"
-            return LoopbackResponse(status: status, headers: all, body: Data(#"{"version":\#(version),"path":"\#(path)"}"#.utf8))
-        }
-        return (server.url(path), seen)
-    }
-
     private func cookieSession() -> (URLSession, HTTPCookieStorage) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
@@ -75,7 +46,7 @@ final class CacheSecondAttackTests: CacheTestCase {
     func testCookiesTheTransportSendsDespiteHttpShouldHandleCookiesFalsePartitionAPrivatePage() throws {
         let (session, cookies) = cookieSession()
         defer { session.finishTasksAndInvalidate() }
-        let (url, seen) = route { _, request in
+        let (url, seen) = versionedRoute { _, request in
             (200, ["Cache-Control": "private, max-age=600"], request.headers["cookie"]?.contains("session=alice") == true ? 100 : 200)
         }
         func set(_ value: String) {
@@ -83,10 +54,10 @@ final class CacheSecondAttackTests: CacheTestCase {
             cookies.setCookie(cookie("session", value, host: url.host!))
         }
         set("alice")
-        XCTAssertEqual(try fetch(CookieFlagRequest(url: url, handlesCookies: false), on: session).get().version, 100)
+        XCTAssertEqual(try fetchCatalogue(CookieFlagRequest(url: url, handlesCookies: false), on: session).get().version, 100)
         XCTAssertEqual(seen.all.first?.headers["cookie"], "session=alice", "the transport sent the cookie although httpShouldHandleCookies is false")
         set("bob")
-        let bob = try fetch(CookieFlagRequest(url: url, handlesCookies: false), on: session).get()
+        let bob = try fetchCatalogue(CookieFlagRequest(url: url, handlesCookies: false), on: session).get()
         XCTAssertEqual(bob.version, 200, "bob (whose cookie the transport sent) was served alice's private page from the cache")
     }
 
@@ -99,13 +70,13 @@ final class CacheSecondAttackTests: CacheTestCase {
     func testTheSameCookiesInAnotherOrderStillHit() throws {
         let (session, cookies) = cookieSession()
         defer { session.finishTasksAndInvalidate() }
-        let (url, seen) = route { _, _ in (200, ["Cache-Control": "private, max-age=600"], 1) }
+        let (url, seen) = versionedRoute { _, _ in (200, ["Cache-Control": "private, max-age=600"], 1) }
         let host = url.host!
         for name in ["sid", "csrf", "lang", "theme", "consent", "ab"] { cookies.setCookie(cookie(name, "v-\(name)", host: host)) }
-        _ = try fetch(CookieFlagRequest(url: url), on: session).get()
+        _ = try fetchCatalogue(CookieFlagRequest(url: url), on: session).get()
         // Another host's cookies arrive (another API, a login elsewhere): the store's dictionary grows.
         for n in 0..<60 { cookies.setCookie(cookie("other\(n)", "x", host: "other\(n).example")) }
-        _ = try fetch(CookieFlagRequest(url: url), on: session).get()
+        _ = try fetchCatalogue(CookieFlagRequest(url: url), on: session).get()
         let sent = seen.all.map { $0.headers["cookie"] ?? "" }
         XCTAssertEqual(
             seen.all.count, 1,
@@ -121,25 +92,25 @@ final class CacheSecondAttackTests: CacheTestCase {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let keyFile = directory.appendingPathComponent("partition-key")
         XCTAssertTrue(FileManager.default.createFile(atPath: keyFile.path, contents: Data(), attributes: [.posixPermissions: 0o600]))
-        let (url, seen) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        let (url, seen) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
         let run1 = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory, maximumEntrySize: 1 << 20)
-        _ = try fetch(CatalogueRequest(url: url), cache: run1).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: run1).get()
         run1.removeAll()
-        _ = try fetch(CatalogueRequest(url: url), cache: run1).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: run1).get()
         // A restart: a new cache on the same folder.
         let run2 = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory, maximumEntrySize: 1 << 20)
-        _ = try fetch(CatalogueRequest(url: url), cache: run2).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: run2).get()
         let keySize = (try? FileManager.default.attributesOfItem(atPath: keyFile.path)[.size] as? Int) ?? -1
         XCTAssertEqual(seen.all.count, 2, "the next run missed what the previous one stored on disk (partition-key size \(keySize))")
     }
 
     /// Control: with a healthy folder the next run hits.
     func testTheDiskCacheHitsAcrossRuns() throws {
-        let (url, seen) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        let (url, seen) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
         let run1 = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory, maximumEntrySize: 1 << 20)
-        _ = try fetch(CatalogueRequest(url: url), cache: run1).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: run1).get()
         let run2 = ResponseCache(memoryCapacity: 0, diskCapacity: 4 << 20, directory: directory, maximumEntrySize: 1 << 20)
-        _ = try fetch(CatalogueRequest(url: url), cache: run2).get()
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: run2).get()
         XCTAssertEqual(seen.all.count, 1)
     }
 
@@ -157,8 +128,8 @@ final class CacheSecondAttackTests: CacheTestCase {
         let notes = folder.appendingPathComponent(".tmp-notes.txt")
         try Data("the caller's own file".utf8).write(to: notes)
         let cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: folder)
-        let (url, _) = route { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
-        _ = try fetch(CatalogueRequest(url: url), cache: cache).get()
+        let (url, _) = versionedRoute { _, _ in (200, ["Cache-Control": "max-age=600"], 1) }
+        _ = try fetchCatalogue(CatalogueRequest(url: url), cache: cache).get()
         var info = stat()
         XCTAssertEqual(stat(folder.path, &info), 0)
         XCTAssertEqual(info.st_mode & 0o7777, 0o755, "the caller's folder mode was changed to \(String(info.st_mode & 0o7777, radix: 8))")
@@ -173,8 +144,8 @@ final class CacheSecondAttackTests: CacheTestCase {
     func testARollingCookieDoesNotDefeatAPublicFreshResponse() throws {
         let (session, _) = cookieSession()
         defer { session.finishTasksAndInvalidate() }
-        let (url, seen) = route { n, _ in (200, ["Cache-Control": "public, max-age=600", "Set-Cookie": "AWSALB=lb\(n); Path=/"], 1) }
-        for _ in 0..<5 { _ = try fetch(CookieFlagRequest(url: url), on: session).get() }
+        let (url, seen) = versionedRoute { n, _ in (200, ["Cache-Control": "public, max-age=600", "Set-Cookie": "AWSALB=lb\(n); Path=/"], 1) }
+        for _ in 0..<5 { _ = try fetchCatalogue(CookieFlagRequest(url: url), on: session).get() }
         XCTAssertLessThanOrEqual(seen.all.count, 2, "a public max-age=600 response was fetched \(seen.all.count) times out of 5")
     }
 }
@@ -204,7 +175,7 @@ final class FoundationURLCacheAttackTests: XCTestCase {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("foundation-cache-\(UUID().uuidString)", isDirectory: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 4 << 20, directory: directory)
-        func fetch() throws -> Catalogue {
+        func fetchCatalogue() throws -> Catalogue {
             let queue = OperationQueue()
             queue.requestPolicies = RequestPolicies(responseCache: cache)
             let results = Recorder<Result<Catalogue, Error>>()
@@ -217,16 +188,16 @@ final class FoundationURLCacheAttackTests: XCTestCase {
             cookies.setCookie(HTTPCookie(properties: [.name: "session", .value: value, .domain: url.host!, .path: "/", .originURL: url])!)
         }
         set("alice")
-        XCTAssertEqual(try fetch().version, 100)
+        XCTAssertEqual(try fetchCatalogue().version, 100)
         set("bob")
-        XCTAssertEqual(try fetch().version, 200, "bob got alice's private page (server saw \(seen.all.count) requests)")
+        XCTAssertEqual(try fetchCatalogue().version, 200, "bob got alice's private page (server saw \(seen.all.count) requests)")
     }
 }
 
 final class CacheSessionHeaderTests: XCTestCase {
     private let server = TestServer.shared
 
-    private func route() -> (URL, SeenRequests) {
+    private func versionedRoute() -> (URL, SeenRequests) {
         let path = "/attack2-session/\(UUID().uuidString)"
         let seen = SeenRequests()
         server.route(path) { request in
@@ -239,7 +210,7 @@ final class CacheSessionHeaderTests: XCTestCase {
         return (server.url(path), seen)
     }
 
-    private func fetch(_ url: URL, on session: URLSession, cache: ResponseCache) throws -> Catalogue {
+    private func fetchCatalogue(_ url: URL, on session: URLSession, cache: ResponseCache) throws -> Catalogue {
         let queue = OperationQueue()
         queue.requestPolicies = RequestPolicies(responseCache: cache)
         let results = Recorder<Result<Catalogue, Error>>()
@@ -259,23 +230,23 @@ final class CacheSessionHeaderTests: XCTestCase {
         let alice = session("ALICE"), bob = session("BOB")
         defer { [alice, bob].forEach { $0.finishTasksAndInvalidate() } }
         let cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 0, directory: nil)
-        let (url, seen) = route()
-        XCTAssertEqual(try fetch(url, on: alice, cache: cache).version, 1)
-        XCTAssertEqual(try fetch(url, on: alice, cache: cache).version, 1)
-        XCTAssertEqual(try fetch(url, on: bob, cache: cache).version, 2)
-        XCTAssertEqual(try fetch(url, on: testSession, cache: cache).version, 0)
+        let (url, seen) = versionedRoute()
+        XCTAssertEqual(try fetchCatalogue(url, on: alice, cache: cache).version, 1)
+        XCTAssertEqual(try fetchCatalogue(url, on: alice, cache: cache).version, 1)
+        XCTAssertEqual(try fetchCatalogue(url, on: bob, cache: cache).version, 2)
+        XCTAssertEqual(try fetchCatalogue(url, on: testSession, cache: cache).version, 0)
         XCTAssertEqual(seen.all.count, 3)
     }
 
     /// URLSession.shared and a default configuration: a public fresh response is a hit.
     func testSharedSessionHits() throws {
         let cache = ResponseCache(memoryCapacity: 1 << 20, diskCapacity: 0, directory: nil)
-        let (url, seen) = route()
-        _ = try fetch(url, on: .shared, cache: cache)
-        _ = try fetch(url, on: .shared, cache: cache)
+        let (url, seen) = versionedRoute()
+        _ = try fetchCatalogue(url, on: .shared, cache: cache)
+        _ = try fetchCatalogue(url, on: .shared, cache: cache)
         let session = URLSession(configuration: .default)
         defer { session.finishTasksAndInvalidate() }
-        _ = try fetch(url, on: session, cache: cache)
+        _ = try fetchCatalogue(url, on: session, cache: cache)
         XCTAssertEqual(seen.all.count, 1)
     }
 }

@@ -47,6 +47,41 @@ class CacheTestCase: XCTestCase {
         try? FileManager.default.removeItem(at: directory)
         super.tearDown()
     }
+
+    /// What the monitors of ``fetchCatalogue(_:on:cache:policies:)`` saw of the cache.
+    let cacheEvents = CacheEventRecorder()
+
+    /// Runs `request` on a queue with `policies` (none by default), ``cacheEvents`` as its monitor and `cache` (this
+    /// test's by default).
+    func fetchCatalogue<R: DecodableRequest>(
+        _ request: R, on session: URLSession = testSession, cache: ResponseCache? = nil, policies: RequestPolicies? = nil
+    ) -> Result<Catalogue, Error> where R.Success == Catalogue, R.Failure == Error {
+        let queue = OperationQueue()
+        var configured = policies ?? RequestPolicies()
+        configured.monitors = [cacheEvents]
+        configured.responseCache = cache ?? self.cache
+        queue.requestPolicies = configured
+        let results = Recorder<Result<Catalogue, Error>>()
+        queue.addRequest(request, session: session) { results.append($0) }
+        queue.waitUntilAllOperationsAreFinished()
+        return results.values.first ?? .failure(RequestQueueError.misuse("no completion"))
+    }
+
+    /// A route: `respond(n, request)` gives the status, the headers and the catalogue's version for the n-th request
+    /// (a 304 has no body).
+    func versionedRoute(_ respond: @escaping @Sendable (Int, LoopbackRequest) -> (Int, [String: String], Int)) -> (URL, SeenRequests) {
+        let path = "/versioned-cache/\(UUID().uuidString)"
+        let seen = SeenRequests()
+        server.route(path) { request in
+            seen.append(request)
+            let (status, headers, version) = respond(seen.all.count - 1, request)
+            var all = headers
+            if status == 304 { return LoopbackResponse(status: 304, headers: all) }
+            all["Content-Type"] = "application/json"
+            return LoopbackResponse(status: status, headers: all, body: Data(#"{"version":\#(version),"path":"\#(path)"}"#.utf8))
+        }
+        return (server.url(path), seen)
+    }
 }
 
 /// Records the cache events monitors see.

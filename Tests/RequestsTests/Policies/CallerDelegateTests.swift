@@ -44,15 +44,6 @@ private final class AppDelegate: NSObject, URLSessionDataDelegate, @unchecked Se
     }
 }
 
-/// Sends nothing: a synthetic challenge's sender.
-private final class SilentSender: NSObject, URLAuthenticationChallengeSender {
-    func use(_ credential: URLCredential, for challenge: URLAuthenticationChallenge) {}
-    func continueWithoutCredential(for challenge: URLAuthenticationChallenge) {}
-    func cancel(_ challenge: URLAuthenticationChallenge) {}
-    func performDefaultHandling(for challenge: URLAuthenticationChallenge) {}
-    func rejectProtectionSpaceAndContinue(with challenge: URLAuthenticationChallenge) {}
-}
-
 /// Every task runs on a session Requests derives from the caller's, on every platform and whatever the caller's
 /// delegate queue (serial, concurrent, main). What the caller's session delegate would decide without Requests
 /// (challenges, so certificate pinning; a redirect Requests allowed) is still asked of it, on its queue, and the
@@ -91,24 +82,6 @@ final class CallerDelegateTests: XCTestCase {
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(results.count, 1)
         return results.values.first
-    }
-
-    /// Hands a made-up server-trust challenge to the session Requests derives from `app`, as its transport would;
-    /// returns the answers, once there is one.
-    private func answersToAMadeUpServerTrustChallenge(on app: URLSession) -> Recorder<URLSession.AuthChallengeDisposition> {
-        let (derived, transfers) = TransferSession.session(for: app)
-        let task = derived.dataTask(with: server.url("/json"))
-        let space = URLProtectionSpace(
-            host: "localhost", port: Int(server.port), protocol: "https", realm: nil, authenticationMethod: "NSURLAuthenticationMethodServerTrust"
-        )
-        let challenge = URLAuthenticationChallenge(
-            protectionSpace: space, proposedCredential: nil, previousFailureCount: 0, failureResponse: nil, error: nil,
-            sender: SilentSender()
-        )
-        let answers = Recorder<URLSession.AuthChallengeDisposition>()
-        transfers.urlSession(derived, task: task, didReceive: challenge) { disposition, _ in answers.append(disposition) }
-        waitUntil(timeout: 120, "the challenge is answered") { answers.count > 0 }
-        return answers
     }
 
     func testThePinningDelegateIsAskedAboutEveryChallengeWhateverItsQueue() {
@@ -165,31 +138,6 @@ final class CallerDelegateTests: XCTestCase {
         XCTAssertEqual(rejecting.challenges, [NSURLAuthenticationMethodHTTPBasic])
         XCTAssertEqual((rejected?.failure as? RequestQueueError)?.statusCode, 401)
         XCTAssertEqual(try defaulted?.get(), Data("welcome".utf8))
-    }
-
-    func testAChallengeNoSocketHereRaisesReachesTheDelegateAndItsAnswerIsKept() throws {
-        // Given an app's session whose delegate refuses server trust (pinning that fails)
-        let delegate = AppDelegate(.cancelAuthenticationChallenge)
-        let app = session(delegate, queue: nil)
-        defer { app.finishTasksAndInvalidate() }
-        // When the session Requests derives from it receives a made-up server-trust challenge (corelibs raises none)
-        let answers = answersToAMadeUpServerTrustChallenge(on: app)
-
-        // Then the app's delegate decided it, as it would without Requests
-        XCTAssertEqual(answers.values, [.cancelAuthenticationChallenge])
-        XCTAssertEqual(delegate.challenges, ["NSURLAuthenticationMethodServerTrust"])
-        XCTAssertTrue(delegate.sessions.allSatisfy { $0 === app })
-    }
-
-    func testWithoutADelegateAChallengeGetsTheDefaultHandling() {
-        // Given a session without a delegate
-        let app = session(nil, queue: nil)
-        defer { app.finishTasksAndInvalidate() }
-        // When the session Requests derives from it receives a made-up server-trust challenge
-        let answers = answersToAMadeUpServerTrustChallenge(on: app)
-
-        // Then Foundation's default handling decides
-        XCTAssertEqual(answers.values, [.performDefaultHandling])
     }
 
     func testTheDelegateHasTheLastWordOnARedirectRequestsAllowed() throws {

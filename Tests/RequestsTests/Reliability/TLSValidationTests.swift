@@ -37,8 +37,8 @@ final class TLSValidationTests: XCTestCase {
         proposedCredential: nil, previousFailureCount: 0, failureResponse: nil, error: nil, sender: Sender()
     )
 
-    #if canImport(FoundationNetworking)
-    // On Apple platforms Requests has no challenge method: the caller's session delegate gets every challenge.
+    // The same code runs on Apple platforms: every task runs on a session derived from the caller's there too.
+    // corelibs raises no server-trust challenge, so one is made up.
 
     /// What the transfer session answers to a server-trust challenge for a task of the session made from `base`.
     private func answer(base: URLSession) throws -> (URLSession.AuthChallengeDisposition, URLCredential?)? {
@@ -79,8 +79,6 @@ final class TLSValidationTests: XCTestCase {
         XCTAssertEqual(result.0, .cancelAuthenticationChallenge)
         XCTAssertNil(result.1)
     }
-
-    #endif
 
     func testNoSourceFileAcceptsATrustOrTurnsValidationOff() throws {
         // Given every Swift file of the library

@@ -152,13 +152,27 @@ public struct ServerSentEventDecoder: StreamDecoder {
             skipsLineFeed = false
             if buffer[start] == 0x0A { start += 1 }
         }
+        // The next LF and CR, each looked for again only once passed: one scan of the buffer for each.
+        var nextLF = -1
+        var nextCR = -1
         while start < buffer.count {
-            guard let end = buffer[start...].firstIndex(where: { $0 == 0x0A || $0 == 0x0D }) else {
+            if nextLF < start { nextLF = LineBytes.index(of: 0x0A, in: buffer, from: start) ?? buffer.count }
+            if nextCR < start { nextCR = LineBytes.index(of: 0x0D, in: buffer, from: start) ?? buffer.count }
+            let end = min(nextLF, nextCR)
+            guard end < buffer.count else {
                 try append(UnsafeRawBufferPointer(rebasing: buffer[start...]))
                 return
             }
-            try append(UnsafeRawBufferPointer(rebasing: buffer[start..<end]))
-            if let event = try endLine() { try deliver(event) }
+            let piece = UnsafeRawBufferPointer(rebasing: buffer[start..<end])
+            let event: ServerSentEvent?
+            if line.isEmpty {
+                try checkSize(adding: piece.count)
+                event = try endLine(piece)
+            } else {
+                try append(piece)
+                event = try endHeldLine()
+            }
+            if let event { try deliver(event) }
             start = end + 1
             if buffer[end] == 0x0D {
                 if start < buffer.count {
@@ -170,34 +184,47 @@ public struct ServerSentEventDecoder: StreamDecoder {
         }
     }
 
-    private mutating func append(_ bytes: UnsafeRawBufferPointer) throws {
-        guard line.count + bytes.count + data.count <= maximumEventSize else {
+    /// The event's data, the line held and `count` more bytes must stay within the limit.
+    private func checkSize(adding count: Int) throws {
+        guard line.count + count + data.count <= maximumEventSize else {
             throw StreamError.eventTooLarge(limit: maximumEventSize)
         }
+    }
+
+    private mutating func append(_ bytes: UnsafeRawBufferPointer) throws {
+        try checkSize(adding: bytes.count)
         line.append(contentsOf: bytes)
     }
 
-    /// Processes the line just completed; returns the event a blank line dispatches.
-    private mutating func endLine() throws -> ServerSentEvent? {
+    /// Processes the line held in ``line``, and empties it.
+    private mutating func endHeldLine() throws -> ServerSentEvent? {
+        var held: [UInt8] = []
+        swap(&held, &line)
         defer {
-            line.removeAll(keepingCapacity: line.count <= 64 * 1024)
-            lineNumber += 1
+            held.removeAll(keepingCapacity: held.count <= 64 * 1024)
+            swap(&held, &line)
         }
-        guard !line.isEmpty else { return dispatch() }
-        guard line[0] != 0x3A else { return nil }  // a comment
-        let colon = line.firstIndex(of: 0x3A)
-        let name = line[..<(colon ?? line.endIndex)]
-        var value = colon.map { line[($0 + 1)...] } ?? []
-        if value.first == 0x20 { value = value.dropFirst() }
-        if name.elementsEqual("data".utf8) {
-            if rejectsInvalidUTF8 { _ = try text(value) }
+        return try held.withUnsafeBytes { try endLine($0) }
+    }
+
+    /// Processes a line just completed; returns the event a blank line dispatches.
+    private mutating func endLine(_ line: UnsafeRawBufferPointer) throws -> ServerSentEvent? {
+        defer { lineNumber += 1 }
+        guard let first = line.first else { return dispatch() }
+        guard first != 0x3A else { return nil }  // a comment
+        let colon = LineBytes.index(of: 0x3A, in: line, from: 0)
+        let name = UnsafeRawBufferPointer(rebasing: line[..<(colon ?? line.count)])
+        var value = colon.map { UnsafeRawBufferPointer(rebasing: line[($0 + 1)...]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        if let space = value.first, space == 0x20 { value = UnsafeRawBufferPointer(rebasing: value.dropFirst()) }
+        if LineBytes.equals(name, "data") {
+            if rejectsInvalidUTF8, !LineBytes.isUTF8(value) { throw StreamError.invalidUTF8(line: lineNumber) }
             data.append(contentsOf: value)
             data.append(0x0A)
-        } else if name.elementsEqual("event".utf8) {
+        } else if LineBytes.equals(name, "event") {
             eventType = try text(value)
-        } else if name.elementsEqual("id".utf8) {
-            if !value.contains(0) { idBuffer = try text(value) }
-        } else if name.elementsEqual("retry".utf8) {
+        } else if LineBytes.equals(name, "id") {
+            if LineBytes.index(of: 0, in: value, from: 0) == nil { idBuffer = try text(value) }
+        } else if LineBytes.equals(name, "retry") {
             if !value.isEmpty, value.allSatisfy({ (0x30...0x39).contains($0) }), let milliseconds = Int(try text(value)) {
                 reconnectionTime = TimeInterval(milliseconds) / 1000
             }
@@ -219,11 +246,8 @@ public struct ServerSentEventDecoder: StreamDecoder {
     }
 
     /// `bytes` as text: bad bytes replaced, or rejected.
-    private func text(_ bytes: ArraySlice<UInt8>) throws -> String {
-        if rejectsInvalidUTF8 {
-            guard let text = String(validatingUTF8Bytes: bytes) else { throw StreamError.invalidUTF8(line: lineNumber) }
-            return text
-        }
-        return String(decoding: bytes, as: UTF8.self)
+    private func text(_ bytes: UnsafeRawBufferPointer) throws -> String {
+        guard let text = LineBytes.text(bytes, validating: rejectsInvalidUTF8) else { throw StreamError.invalidUTF8(line: lineNumber) }
+        return text
     }
 }

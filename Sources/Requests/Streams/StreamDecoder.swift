@@ -148,62 +148,96 @@ public struct LineDecoder: StreamDecoder {
 
     /// Each line `bytes` completes.
     public mutating func decode(_ bytes: Data, into deliver: (String) throws -> Void) throws {
-        try split(bytes) { line, _ in try deliver(line) }
+        try split(bytes) { line, number in try deliver(Self.text(line, number: number)) }
     }
 
     /// The last line, if the body did not end with a line break.
     public mutating func finish() throws -> [String] {
-        guard !partial.isEmpty else { return [] }
-        return [try takeLine()]
+        var lines: [String] = []
+        try finish { bytes, number in lines.append(try Self.text(bytes, number: number)) }
+        return lines
     }
 
-    /// Calls `body` with each line `bytes` completes, and its number (from 1).
-    mutating func split(_ bytes: Data, _ body: (String, Int) throws -> Void) throws {
+    /// Calls `body` with the bytes of a last line without a line break, if there is one, and its number.
+    mutating func finish(_ body: (UnsafeRawBufferPointer, Int) throws -> Void) throws {
+        guard !partial.isEmpty else { return }
+        try takePartial(body)
+    }
+
+    /// Calls `body` with the bytes of each line `bytes` completes (without its line break, nor a first line's
+    /// byte-order mark), and its number (from 1). Lines whole in `bytes` are not copied.
+    mutating func split(_ bytes: Data, _ body: (UnsafeRawBufferPointer, Int) throws -> Void) throws {
         try bytes.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) in
             var start = 0
             while start < buffer.count {
-                guard let newline = buffer[start...].firstIndex(of: 0x0A) else {
+                guard let newline = LineBytes.index(of: 0x0A, in: buffer, from: start) else {
                     try append(UnsafeRawBufferPointer(rebasing: buffer[start...]))
                     return
                 }
-                try append(UnsafeRawBufferPointer(rebasing: buffer[start..<newline]))
-                let number = nextLineNumber
-                try body(takeLine(), number)
+                let piece = UnsafeRawBufferPointer(rebasing: buffer[start..<newline])
+                if partial.isEmpty {
+                    try checkLength(piece.count)
+                    try emit(piece, body)
+                } else {
+                    try append(piece)
+                    try takePartial(body)
+                }
                 start = newline + 1
             }
         }
     }
 
-    private mutating func append(_ bytes: UnsafeRawBufferPointer) throws {
-        // One byte over the limit is allowed for the CR of a CRLF, which is not part of the line.
-        guard partial.count + bytes.count <= maximumLineLength + 1 else {
+    /// A line being received may hold its limit and one byte more, for the CR of a CRLF, which is not part of it.
+    private func checkLength(_ count: Int) throws {
+        guard count <= maximumLineLength + 1 else {
             throw StreamError.lineTooLong(line: nextLineNumber, limit: maximumLineLength)
         }
+    }
+
+    private mutating func append(_ bytes: UnsafeRawBufferPointer) throws {
+        try checkLength(partial.count + bytes.count)
         partial.append(contentsOf: bytes)
     }
 
-    private mutating func takeLine() throws -> String {
+    /// Hands over the line held in ``partial``, and empties it.
+    private mutating func takePartial(_ body: (UnsafeRawBufferPointer, Int) throws -> Void) throws {
+        var held: [UInt8] = []
+        swap(&held, &partial)
         defer {
-            partial.removeAll(keepingCapacity: partial.count <= 64 * 1024)
+            held.removeAll(keepingCapacity: held.count <= 64 * 1024)
+            swap(&held, &partial)
+        }
+        try held.withUnsafeBytes { try emit($0, body) }
+    }
+
+    /// Hands over a line's bytes without its CR (and a first line's byte-order mark), and counts it.
+    private mutating func emit(_ received: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer, Int) throws -> Void) throws {
+        defer {
             nextLineNumber += 1
             isAtStart = false
         }
-        var bytes = partial[...]
-        if bytes.last == 0x0D { bytes = bytes.dropLast() }
-        if isAtStart, bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes = bytes.dropFirst(3) }
+        var bytes = received
+        if let last = bytes.last, last == 0x0D { bytes = UnsafeRawBufferPointer(rebasing: bytes.dropLast()) }
+        if isAtStart, bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
+            bytes = UnsafeRawBufferPointer(rebasing: bytes.dropFirst(3))
+        }
         guard bytes.count <= maximumLineLength else {
             throw StreamError.lineTooLong(line: nextLineNumber, limit: maximumLineLength)
         }
-        guard let line = String(validatingUTF8Bytes: bytes) else {
-            throw StreamError.invalidUTF8(line: nextLineNumber)
-        }
+        try body(bytes, nextLineNumber)
+    }
+
+    /// A line's text, or ``StreamError/invalidUTF8(line:)``.
+    static func text(_ bytes: UnsafeRawBufferPointer, number: Int) throws -> String {
+        guard let line = LineBytes.text(bytes, validating: true) else { throw StreamError.invalidUTF8(line: number) }
         return line
     }
 }
 
-/// JSON lines (NDJSON): one JSON value per line, each decoded to `Element`. Blank lines are skipped. A line that
-/// does not decode fails with ``StreamError/invalidJSON(line:reason:)``, naming its line; the limits and rules of
-/// ``LineDecoder`` apply to each line.
+/// JSON lines (NDJSON): one JSON value per line, each decoded to `Element`. Blank lines (empty, or only spaces and
+/// tabs: JSON's whitespace) are skipped. A line that does not decode fails with
+/// ``StreamError/invalidJSON(line:reason:)``, naming its line; the limits and rules of ``LineDecoder`` apply to each
+/// line.
 public struct JSONLinesDecoder<Element: Decodable>: StreamDecoder {
     private var lines: LineDecoder
     private let decoder: JSONDecoder
@@ -231,26 +265,22 @@ public struct JSONLinesDecoder<Element: Decodable>: StreamDecoder {
 
     /// The value of a last line without a line break.
     public mutating func finish() throws -> [Element] {
-        let number = lines.nextLineNumber
-        return try lines.finish().compactMap { try Self.decode($0, number: number, with: decoder) }
+        var values: [Element] = []
+        let decoder = self.decoder
+        try lines.finish { line, number in
+            if let value = try Self.decode(line, number: number, with: decoder) { values.append(value) }
+        }
+        return values
     }
 
-    private static func decode(_ line: String, number: Int, with decoder: JSONDecoder) throws -> Element? {
-        guard line.contains(where: { !$0.isWhitespace }) else { return nil }
+    /// The value of a line; `nil` for a blank one (JSON's whitespace only).
+    private static func decode(_ line: UnsafeRawBufferPointer, number: Int, with decoder: JSONDecoder) throws -> Element? {
+        guard !LineBytes.isBlank(line) else { return nil }
+        guard LineBytes.isUTF8(line) else { throw StreamError.invalidUTF8(line: number) }
         do {
-            return try decoder.decode(Element.self, from: Data(line.utf8))
+            return try decoder.decode(Element.self, from: Data(line))
         } catch {
             throw StreamError.invalidJSON(line: number, reason: String(describing: error))
         }
-    }
-}
-
-extension String {
-    /// `bytes` as text, or `nil` if they are not UTF-8; a byte-order mark is kept. (Foundation's
-    /// `String(bytes:encoding:)` drops one, and `String(validating:as:)` is on Apple platforms from 2024 only.)
-    init?<Bytes: Collection>(validatingUTF8Bytes bytes: Bytes) where Bytes.Element == UInt8 {
-        let isInvalid = transcode(bytes.makeIterator(), from: UTF8.self, to: UTF32.self, stoppingOnError: true) { _ in }
-        guard !isInvalid else { return nil }
-        self.init(decoding: bytes, as: UTF8.self)
     }
 }

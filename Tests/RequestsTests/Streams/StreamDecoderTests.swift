@@ -131,4 +131,44 @@ final class StreamDecoderTests: XCTestCase {
             XCTAssertEqual(error as? StreamError, .invalidUTF8(line: 1))
         }
     }
+
+    // MARK: - Any split of a body
+
+    /// The outcome of `decoder` over `bytes` cut at `cuts`: its elements, then its error if it fails.
+    private func outcome<D: StreamDecoder>(_ decoder: D, _ bytes: [UInt8], cuts: [Int]) -> String {
+        var decoder = decoder
+        var elements: [D.Element] = []
+        var start = 0
+        do {
+            for end in cuts + [bytes.count] where end >= start {
+                try decoder.decode(Data(bytes[start..<end])) { elements.append($0) }
+                start = end
+            }
+            elements += try decoder.finish()
+            return "\(elements)"
+        } catch {
+            return "\(elements) then \(error)"
+        }
+    }
+
+    /// Line breaks of every kind, a byte-order mark, characters of two to four bytes, bad UTF-8, NULs, JSON and event
+    /// fields, cut at random places (a seeded generator), give what the body in one piece gives.
+    func testRandomCutsGiveWhatOnePieceGives() {
+        var generator = SplitMix64(seed: 0x5EED)
+        let parts: [[UInt8]] = [
+            Array("data: x".utf8), Array("{\"n\":1}".utf8), Array("id: 7".utf8), Array("event: e".utf8), Array("retry: 30".utf8),
+            [0x0A], [0x0D], [0x0D, 0x0A], [0xEF, 0xBB, 0xBF], Array("é€😀".utf8), [0xFF], [0xF0, 0x9F, 0x98], [0x00], Array(":c".utf8),
+            Array("   ".utf8),
+        ]
+        for round in 0..<400 {
+            var body: [UInt8] = []
+            for _ in 0..<Int.random(in: 1...24, using: &generator) { body += parts[Int.random(in: 0..<parts.count, using: &generator)] }
+            let cuts = (0..<Int.random(in: 0...6, using: &generator)).map { _ in Int.random(in: 0...body.count, using: &generator) }.sorted()
+            let strict = round % 2 == 0
+            XCTAssertEqual(outcome(LineDecoder(maximumLineLength: 40), body, cuts: cuts), outcome(LineDecoder(maximumLineLength: 40), body, cuts: []), "\(body) \(cuts)")
+            XCTAssertEqual(outcome(JSONLinesDecoder<Tick>(), body, cuts: cuts), outcome(JSONLinesDecoder<Tick>(), body, cuts: []), "\(body) \(cuts)")
+            let events = ServerSentEventDecoder(maximumEventSize: 60, rejectsInvalidUTF8: strict)
+            XCTAssertEqual(outcome(events, body, cuts: cuts), outcome(events, body, cuts: []), "\(body) \(cuts)")
+        }
+    }
 }

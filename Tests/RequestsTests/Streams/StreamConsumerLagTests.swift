@@ -65,8 +65,9 @@ final class StreamConsumerLagTests: XCTestCase {
         var wrong: Int { lock.withLock { mismatches } }
     }
 
-    /// Runs `request` with a handler on a fresh queue, and returns its outcome.
-    private func run<R: StreamRequest>(_ request: R, timeout: TimeInterval = 60, receive: @escaping (R.Element) -> Void) -> Result<StreamSummary, Error>? {
+    /// Runs `request` with a handler on a fresh queue, and returns its outcome. (The timeout only guards against a
+    /// hang: 1 GiB takes 7 s under ThreadSanitizer here, several times that on a loaded machine.)
+    private func run<R: StreamRequest>(_ request: R, timeout: TimeInterval = 600, receive: @escaping (R.Element) -> Void) -> Result<StreamSummary, Error>? {
         let outcome = Box<Result<StreamSummary, Error>>()
         let operation = OperationQueue().addRequest(request, session: testSession, receive: receive) { outcome.value = $0.mapError { $0 } }
         waitUntil(timeout: timeout, "the stream's outcome") { operation.isFinished }

@@ -434,7 +434,7 @@ if options.only.contains(.streams) {
     let bytes = options.smoke ? 16 << 20 : 1 << 30
     let events = options.smoke ? 5_000 : 100_000
     let figures = timed("9. Streams") {
-        measureStreams(bytes: bytes, rounds: options.smoke ? 1 : 3, events: events, cancels: options.smoke ? 10 : 100, server: embedded)
+        measureStreams(bytes: bytes, rounds: options.smoke ? 1 : 3, events: events, cancels: options.smoke ? 2 : 20, server: embedded)
     }
     sections.append(streamSection(figures, bytes: bytes, events: events))
 }

@@ -177,6 +177,25 @@ public final class LoopbackServer: @unchecked Sendable {
         core.withLock { core.bodyBytes[path] ?? 0 }
     }
 
+    /// An endless body (`/hostile/endless`): how many of its bytes the server has sent, and when it saw its
+    /// connection close (the client closed it, or the server stopped).
+    public struct EndlessBody: Sendable {
+        /// The body bytes handed to the socket whole so far (the chunks' framing not counted).
+        public var bytesSent: Int
+        /// When the server saw the end, on ``now``'s clock; `nil` while the body goes on.
+        public var endedAt: UInt64?
+    }
+
+    /// The endless bodies served on `path` (query excluded), in the order they started.
+    public func endlessBodies(path: String) -> [EndlessBody] {
+        core.withLock { core.endlessBodies[path] ?? [] }
+    }
+
+    /// The server's clock, in milliseconds (monotonic, the one ``EndlessBody/endedAt`` uses).
+    public static var now: UInt64 {
+        Sys.nowMilliseconds()
+    }
+
     /// The number of requests fully received on all paths.
     public var totalRequestCount: Int {
         core.withLock { core.totalRequests }
@@ -204,6 +223,7 @@ final class ServerCore: @unchecked Sendable {
     var streamRoutes: [String: @Sendable (LoopbackRequest) -> LoopbackStream] = [:]
     var resourceRoutes: [String: @Sendable (LoopbackRequest) -> LoopbackResource] = [:]
     var bodyBytes: [String: Int] = [:]
+    var endlessBodies: [String: [LoopbackServer.EndlessBody]] = [:]
     var requestCounts: [String: Int] = [:]
     var totalRequests = 0
     var openFDs: Set<Int32> = []
@@ -334,7 +354,16 @@ final class ServerCore: @unchecked Sendable {
             var piece = Data(String(chunk, radix: 16).utf8 + [13, 10])
             piece.append(Data(count: chunk))
             piece.append(contentsOf: [13, 10])
-            while Sys.sendAll(fd, piece), !withLock({ stopped }), interval == 0 || reader.wait(milliseconds: interval) {}
+            let index = withLock {
+                endlessBodies[request.path, default: []].append(LoopbackServer.EndlessBody(bytesSent: 0, endedAt: nil))
+                return endlessBodies[request.path, default: []].count - 1
+            }
+            while Sys.sendAll(fd, piece), !withLock({ stopped }) {
+                withLock { endlessBodies[request.path]?[index].bytesSent += chunk }
+                guard interval == 0 || reader.wait(milliseconds: interval) else { break }
+            }
+            // (A send blocks while the client does not read: the end is seen as soon as the client closes.)
+            withLock { endlessBodies[request.path]?[index].endedAt = Sys.nowMilliseconds() }
             return false
         case .stream(let stream):
             if extraDelay > 0, !reader.wait(milliseconds: extraDelay) { return false }

@@ -253,7 +253,10 @@ extension OperationQueue {
     /// }
     /// ```
     ///
-    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation. While the consumer is busy, the
+    /// Breaking out of the loop, or cancelling the `Task`, cancels the operation and closes its connection. A cancelled
+    /// `Task`'s loop throws the cancellation if it was waiting for an element; if the cancel came while the loop's
+    /// body ran, the loop ends without an error, as every `AsyncThrowingStream` does: check `Task.isCancelled` after
+    /// it when that matters. While the consumer is busy, the
     /// elements decoded from half the request's ``StreamRequest/bufferSize`` (at most 65,536 of them) wait for it
     /// (those of one chunk are all handed over), and then the bytes that arrive count as its lag; past the buffer size
     /// the stream throws ``StreamError/consumerTooSlow(bufferSize:)``, after the elements already offered. One loop at

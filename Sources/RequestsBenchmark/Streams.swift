@@ -181,6 +181,8 @@ struct StreamFigures {
     var raw: [TransferFigures] = []
     /// The other forms of an empty consumer, by child kind (`stream-async`, `stream-lines`, `stream-ndjson`).
     var forms: [String: [TransferFigures]] = [:]
+    /// Bytes per second of the decoder alone, by child kind (`stream-lines`, `stream-ndjson`).
+    var decoderAlone: [String: Double] = [:]
     var events = 0
     var eventsPerSecond = Double.nan
     var decoderEventsPerSecond = Double.nan
@@ -207,6 +209,22 @@ func measureStreams(bytes: Int, rounds: Int, events: Int, cancels: Int, server: 
             }
         }
     }
+
+    // The line and NDJSON decoders alone, on the same pieces (64 MiB of each): what the decoded forms can reach.
+    func decoderAlone<D: StreamDecoder>(_ make: () -> D, piece: Data) -> Double {
+        var decoder = make()
+        let count = (64 << 20) / BenchLineBody.pieceBytes
+        let start = ResourceUsage.now()
+        var elements = 0
+        for _ in 0..<count {
+            try? decoder.decode(Data(piece)) { _ in elements += 1 }
+        }
+        let seconds = ResourceUsage.now() - start
+        return elements == count * (BenchLineBody.pieceBytes / (piece == BenchLineBody.lines ? BenchLineBody.lineBytes : BenchLineBody.recordBytes))
+            ? Double(count * BenchLineBody.pieceBytes) / seconds : .nan
+    }
+    figures.decoderAlone["stream-lines"] = decoderAlone({ LineDecoder() }, piece: BenchLineBody.lines)
+    figures.decoderAlone["stream-ndjson"] = decoderAlone({ JSONLinesDecoder<BenchRecord>() }, piece: BenchLineBody.records)
 
     // Server-sent events: small JSON events in 64 KiB pieces, through the session, the pump and the decoder.
     let payload = (0..<events).map { "id: \($0)\nevent: tick\ndata: {\"n\":\($0)}\n\n" }.joined()
@@ -315,11 +333,11 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
     }
     let raw = throughput(figures.raw)
     let (rawPeak, rawGrown) = growth(figures.raw)
-    let forms: [(name: String, runs: [TransferFigures], goal: Double?)] = [
-        ("chunk handler", figures.library, 2),
-        ("for-await over chunks", figures.forms["stream-async"] ?? [], 2),
-        ("line handler, 128-byte lines", figures.forms["stream-lines"] ?? [], nil),
-        ("for-await over NDJSON, 512-byte records", figures.forms["stream-ndjson"] ?? [], nil),
+    let forms: [(name: String, runs: [TransferFigures], goal: Double?, alone: Double?)] = [
+        ("chunk handler", figures.library, 2, nil),
+        ("for-await over chunks", figures.forms["stream-async"] ?? [], 2, nil),
+        ("line handler, 128-byte lines", figures.forms["stream-lines"] ?? [], nil, figures.decoderAlone["stream-lines"]),
+        ("for-await over NDJSON, 512-byte records", figures.forms["stream-ndjson"] ?? [], nil, figures.decoderAlone["stream-ndjson"]),
     ]
     var reasons = Set(figures.raw.filter { completed([$0]).isEmpty }.map { $0.failure ?? "moved \($0.bytes) of \(bytes) bytes" })
     for form in forms {
@@ -343,6 +361,7 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
             library: "\(mib(rate)), \(failed.count) of \(form.runs.count) rounds failed",
             baseline: "\(mib(raw)) (raw URLSession delegate data task)",
             comparison: (ratio.isNaN ? "" : "ratio \(fixed(ratio, 2)); ")
+                + (form.alone.map { "decoder alone \(mib($0)) (\(fixed(rate / $0, 2)) of it); " } ?? "")
                 + (grown.isNaN ? "growth: no number" : "growth +\(fixed(grown / 1_048_576, 1)) MiB (peak \(fixed(peak / 1_048_576, 1)) MiB)"),
             goal: (form.goal.map { "ratio ≥ \(fixed($0, 0)), " } ?? "") + "no failed round, growth < 32 MiB",
             verdict: verdict))

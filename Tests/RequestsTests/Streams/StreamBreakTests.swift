@@ -94,13 +94,16 @@ final class StreamBreakTests: XCTestCase {
         let operation = Box<Operation>()
         let outcome = Box<Result<StreamSummary, Error>>()
         let done = expectation(description: "completion")
-        operation.value = OperationQueue().addRequest(request, session: testSession, receive: { chunk in
-            consumed.value = (consumed.value ?? 0) + chunk.count
-            if (consumed.value ?? 0) >= self.enough, stopped.value == nil {
-                stopped.value = self.stop(index)
-                operation.value?.cancel()
+        operation.value = OperationQueue().addRequest(
+            request, session: testSession,
+            receive: { chunk in
+                consumed.value = (consumed.value ?? 0) + chunk.count
+                if (consumed.value ?? 0) >= self.enough, stopped.value == nil {
+                    stopped.value = self.stop(index)
+                    operation.value?.cancel()
+                }
             }
-        }) { result in
+        ) { result in
             outcome.value = result.mapError { $0 }
             done.fulfill()
         }

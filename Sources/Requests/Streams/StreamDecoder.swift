@@ -234,10 +234,10 @@ public struct LineDecoder: StreamDecoder {
     }
 }
 
-/// JSON lines (NDJSON): one JSON value per line, each decoded to `Element`. Blank lines (empty, or only spaces and
-/// tabs: JSON's whitespace) are skipped. A line that does not decode fails with
-/// ``StreamError/invalidJSON(line:reason:)``, naming its line; the limits and rules of ``LineDecoder`` apply to each
-/// line.
+/// JSON lines (NDJSON): one JSON value per line, each decoded to `Element`. Blank lines (empty, or only spaces, tabs
+/// and CRs: JSON's whitespace) are skipped; a line of other whitespace (U+000C, U+00A0, ...) is not JSON. A line that
+/// does not decode fails with ``StreamError/invalidJSON(line:reason:)``, naming its line; the limits and rules of
+/// ``LineDecoder`` apply to each line.
 public struct JSONLinesDecoder<Element: Decodable>: StreamDecoder {
     private var lines: LineDecoder
     private let decoder: JSONDecoder

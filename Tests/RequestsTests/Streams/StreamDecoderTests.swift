@@ -63,6 +63,18 @@ final class StreamDecoderTests: XCTestCase {
         }
     }
 
+    func testOnlyJSONWhitespaceMakesABlankLine() throws {
+        XCTAssertEqual(try both(JSONLinesDecoder<Tick>(), " \t\r\r\n{\"n\":1}"), [Tick(n: 1)])
+        // Other whitespace is not JSON: the line fails, named.
+        for line in ["\u{0C}", "\u{A0}", "\u{2028}"] {
+            var decoder = JSONLinesDecoder<Tick>()
+            XCTAssertThrowsError(try decoder.decode(Data("\(line)\n{\"n\":1}\n".utf8))) { error in
+                guard case let .invalidJSON(number, _)? = error as? StreamError else { return XCTFail("\(error)") }
+                XCTAssertEqual(number, 1)
+            }
+        }
+    }
+
     // MARK: - Server-sent events (WHATWG HTML, 9.2.6)
 
     func testTheStandardsExamples() throws {

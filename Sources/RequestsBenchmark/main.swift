@@ -79,7 +79,7 @@ struct Options {
                              --label: free text for the table (the build and TSan are detected). --kinds: some of
                              json,body,download,resumable,resumable-async,stream,stream-async (default all)
           --concurrency LIST throughput concurrencies (default 1,16,64)
-          --profile-side S   for perf: only run throughput side S (library, raw-completion or raw-thread) for
+          --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """
 
@@ -133,8 +133,8 @@ struct Options {
                 options.only = Set(parts.compactMap { $0 })
             case "--profile-side":
                 let side = try value(for: argument)
-                guard ["library", "raw-completion", "raw-thread"].contains(side) else {
-                    throw UsageError(description: "--profile-side takes library, raw-completion or raw-thread, not \(side)")
+                guard ["library", "floor", "raw-completion", "raw-thread"].contains(side) else {
+                    throw UsageError(description: "--profile-side takes library, floor, raw-completion or raw-thread, not \(side)")
                 }
                 options.profileSide = side
             case "--server-process": throw UsageError(description: "--server-process goes with --soak")
@@ -340,16 +340,15 @@ func timed<T>(_ title: String, _ body: () -> T) -> T {
 
 if let side = options.profileSide {
     let concurrency = counts.concurrencies[0]
-    let session = makeSession(maxConnectionsPerHost: concurrency)
-    let queue = OperationQueue()
-    queue.maxConcurrentOperationCount = concurrency
+    let sides = ThroughputSides(url: throughputURL, concurrency: concurrency)
+    let chosen: ThroughputSide = switch side {
+    case "library": .library
+    case "floor": .floor
+    case "raw-thread": .raw(.fromOwnThread)
+    default: .raw(.fromCompletionHandler)
+    }
     for round in 0...counts.rounds {
-        let count = round == 0 ? counts.warmup : counts.requestsPerRun
-        let result = switch side {
-        case "library": runLibrary(queue: queue, session: session, url: throughputURL, count: count)
-        case "raw-thread": runRawURLSession(session: session, url: throughputURL, count: count, concurrency: concurrency, strategy: .fromOwnThread)
-        default: runRawURLSession(session: session, url: throughputURL, count: count, concurrency: concurrency, strategy: .fromCompletionHandler)
-        }
+        let result = sides.run(chosen, count: round == 0 ? counts.warmup : counts.requestsPerRun)
         if round > 0 {
             log(String(format: "%@ concurrency %d: %.0f req/s, %.1f µs CPU/request, %.1f switches/request, %d failures", side, concurrency,
                        result.requestsPerSecond, result.cpuMicrosecondsPerRequest, result.contextSwitchesPerRequest, result.failures))

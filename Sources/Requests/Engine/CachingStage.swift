@@ -66,7 +66,7 @@ extension NetworkRequestOperation {
     func follow(_ plan: CachePlan, for urlRequest: URLRequest, credential: TokenAuthenticator.Credential?) {
         switch plan {
         case let .fail(error):
-            complete(with: .failure(error))
+            fail(error)
         case let .serve(entry):
             serve(entry, for: urlRequest)
         case let .send(request, nil):
@@ -85,7 +85,7 @@ extension NetworkRequestOperation {
     /// Answers the attempt with `entry`, without the network.
     private func serve(_ entry: CachedResponse, for urlRequest: URLRequest) {
         guard let url = urlRequest.url.flatMap(CacheableRequest.bare), let response = entry.httpResponse(for: url) else {
-            complete(with: .failure(ResponseCacheError.notCached(urlRequest.url)))
+            fail(ResponseCacheError.notCached(urlRequest.url))
             return
         }
         let attempt: RequestAttempt? = ifNotCompleted {

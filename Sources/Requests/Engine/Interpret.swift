@@ -95,12 +95,14 @@ struct EmptyBodyRule<Success> {
 }
 
 extension NetworkRequestOperation {
-    /// The outcome of an attempt that got a response: the status rule, the validations, then the body interpreter.
-    /// A body that is not turned into a value is discarded.
+    /// The outcome of an attempt that got a response: the status rule, the validations, then the body interpreter. A
+    /// value completes the operation (its commit in the same step); the error of an attempt that produced none is
+    /// returned, and its body discarded. (No `Result` of `R`'s types here: in generic code the compiler could not
+    /// specialize, each one is a metadata lookup at run time, on every request.)
     func interpret(
         _ body: ResponseBody, response: URLResponse?, error: Error?, sent: URLRequest, request: R, rule: StatusRule, validations: [ResponseValidation]
-    ) -> Result<Processed<R.Success>, Error> {
-        let outcome: Result<Processed<R.Success>, Error> = Result {
+    ) -> Error? {
+        do {
             if let error {
                 // URLSession's own redirect limit is the policy's (see `RedirectPolicy.reported(_:)`).
                 throw withLock { policies.redirectPolicy }.reported(error)
@@ -112,12 +114,15 @@ extension NetworkRequestOperation {
                 throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
             }
             try Self.validate(httpResponse, sent: sent, body: body.inMemory, with: validations)
-            return try interpreter.interpret(body, httpResponse, sent, request)
-        }
-        if case .failure = outcome {
+            let processed = try interpreter.interpret(body, httpResponse, sent, request)
+            if !succeed(with: processed.value, committing: processed.commit) {
+                processed.abandon?()
+            }
+            return nil
+        } catch {
             body.discard()
+            return error
         }
-        return outcome
     }
 
     /// Runs the queue's and the request's validations, in order, on a response whose status was accepted. A stream's

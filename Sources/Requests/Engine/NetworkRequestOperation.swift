@@ -201,7 +201,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             try TransferSession.checkSupported(session)
             task = try makeTask(for: urlRequest, rules: rules, callbacks: self)
         } catch {
-            complete(with: .failure(error))
+            fail(error)
             return
         }
         taskObserver?(task)
@@ -249,29 +249,26 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     /// Reports the response, interprets it, and completes with the value or decides what follows the failure.
     func finishAttempt(body: ResponseBody, response: URLResponse?, error: Error?) {
-        let state = ifNotCompleted {
-            (request, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), policies.validations, run.statusRule)
+        let ending = ifNotCompleted {
+            run.sentRequest.map {
+                AttemptEnding(
+                    attempt: currentAttempt(sending: $0), duration: secondsSince(run.sendTime), validations: policies.validations, rule: run.statusRule)
+            }
         }
-        guard let (request, attempt, duration, validations, rule) = state, let request, let attempt else {
+        guard let ending = ending ?? nil, let request = currentRequest else {
             body.discard()
             return
         }
         let httpResponse = response as? HTTPURLResponse
         if let httpResponse {
             withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
-            emit(.didReceive(attempt, httpResponse, bodyBytes: body.count, duration: duration))
+            emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
         }
-        let processed = interpret(
-            body, response: response, error: error, sent: attempt.urlRequest, request: request, rule: rule, validations: validations
-        )
-        switch processed {
-        case let .success(success):
-            // A closure, not `\.value`: in generic code a key path is built again on every call (11 µs; profiled).
-            if !complete(with: processed.map { $0.value }, committing: success.commit) {
-                success.abandon?()
-            }
-        case let .failure(failure):
-            decide(after: failure, attempt: attempt, response: httpResponse, duration: duration)
+        let failure = interpret(
+            body, response: response, error: error, sent: ending.attempt.urlRequest, request: request, rule: ending.rule,
+            validations: ending.validations)
+        if let failure {
+            decide(after: failure, attempt: ending.attempt, response: httpResponse, duration: ending.duration)
         }
     }
 
@@ -292,7 +289,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             do {
                 length = Int64(try form.apply(to: &urlRequest))
             } catch {
-                complete(with: .failure(error))
+                fail(error)
                 return nil
             }
         }
@@ -321,3 +318,11 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 }
 
 extension NetworkRequestOperation: AttemptCallbacks {}
+
+/// What the end of an attempt is judged with, taken in one step under the lock.
+struct AttemptEnding {
+    let attempt: RequestAttempt
+    let duration: TimeInterval
+    let validations: [ResponseValidation]
+    let rule: StatusRule
+}

@@ -9,7 +9,7 @@ import Foundation
 extension NetworkRequestOperation {
     /// Asks the request for the `URLRequest` of the current attempt.
     func startAttempt() {
-        guard let (request, step) = ifNotCompleted({ (self.request, beginStep()) }), let request else { return }
+        guard let step = ifNotCompleted({ beginStep() }), let request = currentRequest else { return }
         // Weak, like every callback held by user code: a cancelled operation is not kept until it is called.
         request.makeURLRequest { [weak self] urlRequest in
             self?.adapted(urlRequest, step: step, nextAdapter: 0)
@@ -37,7 +37,7 @@ extension NetworkRequestOperation {
     func adapted(_ result: Result<URLRequest, Error>, step: Int, nextAdapter: Int) {
         guard endStep(step) else { return }
         switch result {
-        case let .failure(error): complete(with: .failure(error))
+        case let .failure(error): fail(error)
         case let .success(urlRequest): adapt(urlRequest, from: nextAdapter)
         }
     }
@@ -59,7 +59,7 @@ extension NetworkRequestOperation {
         guard endStep(step), let authenticator = ifNotCompleted({ policies.authenticator }) ?? nil else { return }
         switch credential {
         case let .failure(error):
-            complete(with: .failure(error))
+            fail(error)
         case let .success(credential):
             checkAndSend(authenticator.authorizing(urlRequest, with: credential), credential: credential)
         }
@@ -79,7 +79,7 @@ extension NetworkRequestOperation {
         do {
             try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions, redirectPolicy: redirectPolicy)
         } catch {
-            complete(with: .failure(error))
+            fail(error)
             return
         }
         follow(plan, for: urlRequest, credential: credential)

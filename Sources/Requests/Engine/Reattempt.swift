@@ -48,7 +48,7 @@ extension NetworkRequestOperation {
     func decide(after failure: Error?, attempt: RequestAttempt, response: HTTPURLResponse?, duration: TimeInterval) {
         if let failure {
             guard (failure as? URLError)?.code != .cancelled else {
-                complete(with: .failure(failure))
+                fail(failure)
                 return
             }
             emit(.didFail(attempt, failure, duration: duration))
@@ -68,7 +68,7 @@ extension NetworkRequestOperation {
             return
         }
         if !reauthenticate(after: failure, attempt: attempt), !retry(after: failure, attempt: attempt, response: response) {
-            complete(with: .failure(failure))
+            fail(failure)
         }
     }
 
@@ -95,9 +95,9 @@ extension NetworkRequestOperation {
         case .retry:
             attemptAgain(.reauthentication, after: 0, failed: attempt)
         case let .fail(error):
-            complete(with: .failure(error))
+            fail(error)
         case .rateLimited:
-            complete(with: .failure(failure))
+            fail(failure)
         }
     }
 
@@ -148,9 +148,9 @@ extension NetworkRequestOperation {
         guard endStep(step) else { return }
         switch result {
         case let .failure(error):
-            complete(with: .failure(error))
+            fail(error)
         case .success(.doNotRetry):
-            complete(with: .failure(context.error))
+            fail(context.error)
         case .success(.retry):
             attemptAgain(.retry, after: 0, failed: attempt)
         case let .success(.retryAfter(seconds)):

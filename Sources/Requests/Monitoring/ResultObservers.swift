@@ -97,6 +97,11 @@ final class QueueResultObservers: @unchecked Sendable {
         lock.withLock { observers[id] = nil }
     }
 
+    /// Whether no observer is registered (then a result need not be handed over at all).
+    var isEmpty: Bool {
+        lock.withLock { observers.isEmpty }
+    }
+
     /// Hands `result` to every live observer of `Success`, each on its queue.
     func deliver<Success, Failure>(_ result: Result<Success, Failure>) {
         let type = ObjectIdentifier(Success.self)

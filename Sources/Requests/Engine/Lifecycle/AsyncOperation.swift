@@ -32,6 +32,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
 
     /// Runs `body` while holding the operation's lock, which guards all of its state and its subclasses'.
     /// Do not read `isExecuting`, `isFinished` or `isCancelled`, or call `finish()`, inside `body`: the lock is not recursive.
+    @inline(__always)
     final func withLock<T>(_ body: () throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }

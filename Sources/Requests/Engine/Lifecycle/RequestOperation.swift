@@ -21,7 +21,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     private var completion: Completion?
     private var mapError: ((Error) -> Failure)?
     private var isCompleted = false
-    private var storedResult: Result<Success, Failure>?
+    private var storedOutcome: StoredOutcome?
     /// Set by the queue that runs the operation, so that it can be found by identifier until it completes.
     var registryKey: RequestRegistry.Key?
     /// Operations built from this one's result (`addRequest(after:)`) that have not been cancelled.
@@ -60,7 +60,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
             let progress = Progress.discreteProgress(totalUnitCount: 1)
             progress.isCancellable = true
             progress.cancellationHandler = { [weak self] in self?.cancel() }
-            if case .success? = storedResult {
+            if storedOutcome?.isSuccess == true {
                 progress.completedUnitCount = 1
             }
             storedProgress = progress
@@ -96,7 +96,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
 
     /// The result, once the operation has one. Set before the completion handler runs and kept after finish.
     public var result: Result<Success, Failure>? {
-        withLock { storedResult }
+        withLock { storedOutcome }?.result
     }
 
     /// Completes the operation with `outcome`, unless it has already completed (for example because it was
@@ -104,14 +104,62 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// ``RequestQueueError/cancelled``. Returns whether this call completed the operation.
     @discardableResult
     public final func complete(with outcome: Result<Success, Error>) -> Bool {
-        complete(with: outcome, fromCancel: false)
+        switch outcome {
+        case let .success(value): succeed(with: value)
+        case let .failure(error): fail(error)
+        }
+    }
+
+    /// ``complete(with:)`` with `.success(value)`, running `commit` in the same locked step that claims the outcome, so
+    /// that nothing can cancel between the two; a throw from `commit` turns the outcome into that failure. `commit`
+    /// must be quick and must not call back into the operation. Returns whether this call completed the operation.
+    @discardableResult
+    final func succeed(with value: Success, committing commit: (() throws -> Void)? = nil) -> Bool {
+        var commitError: Error?
+        let claimed: Bool = withLock {
+            guard !isCompleted else { return false }
+            isCompleted = true
+            if let commit {
+                do { try commit() } catch { commitError = error }
+            }
+            return true
+        }
+        guard claimed else { return false }
+        if let commitError {
+            deliver(failure: commitError)
+        } else if withLock({ mapError }) != nil {
+            deliver(StoredOutcome(.success(value)), error: nil, fromCancel: false)
+        }
+        return true
+    }
+
+    /// ``complete(with:)`` with `.failure(error)`. The engine's steps fail through this rather than building a
+    /// `Result` themselves: in generic code the compiler could not specialize (a request type of the app's own), each
+    /// function that holds a `Result` of the operation's types looks its metadata up at run time, on every call.
+    @inline(never)
+    @discardableResult
+    final func fail(_ error: Error) -> Bool {
+        guard claim() else { return false }
+        deliver(failure: error)
+        return true
     }
 
     /// Completes with `error` from outside the work (a deadline): like a cancellation, ``cancelWork()`` runs
     /// before the completion is scheduled, so the work in progress is stopped. Returns whether this call completed it.
     @discardableResult
     final func interrupt(with error: Error) -> Bool {
-        complete(with: .failure(error), fromCancel: false, stoppingWork: true)
+        guard claim() else { return false }
+        deliver(failure: error, stoppingWork: true)
+        return true
+    }
+
+    /// Claims the outcome: whether this caller is the first.
+    private func claim() -> Bool {
+        withLock {
+            guard !isCompleted else { return false }
+            isCompleted = true
+            return true
+        }
     }
 
     /// `true` once an outcome (a result or the cancellation) has been claimed, slightly before ``result`` is set.
@@ -124,7 +172,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         isCompleted
     }
 
-    /// Runs `body` under the lock if the operation has not completed yet; returns `nil` if it has.
+    /// Runs `body` under the lock if the operation has not completed yet; returns `nil` if it has. Always inlined: in
+    /// generic code the compiler could not specialize, a call would look `Optional<T>`'s metadata up at run time.
+    @inline(__always)
     final func ifNotCompleted<T>(_ body: () -> T) -> T? {
         withLock { isCompleted ? nil : body() }
     }
@@ -139,7 +189,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
 
     /// Completes with ``RequestQueueError/cancelled``, calling ``cancelWork()`` first.
     public final override func willCancel() {
-        deliver(.failure(RequestQueueError.cancelled), fromCancel: true)
+        deliver(failure: RequestQueueError.cancelled, fromCancel: true)
     }
 
     /// Registers this already-running operation for lookup by identifier, once the request it runs is known.
@@ -192,52 +242,27 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// just before the operation finishes. The default does nothing.
     open func releaseResources() {}
 
-    /// ``complete(with:)``, running `commit` in the same locked step that claims the outcome, so that nothing can
-    /// cancel between the two; a throw from `commit` turns the outcome into that failure. `commit` must be quick
-    /// and must not call back into the operation. Returns whether this call completed the operation.
-    @discardableResult
-    final func complete(with outcome: Result<Success, Error>, committing commit: (() throws -> Void)?) -> Bool {
-        complete(with: outcome, fromCancel: false, committing: commit)
-    }
-
-    @discardableResult
-    private func complete(
-        with outcome: Result<Success, Error>, fromCancel: Bool, stoppingWork: Bool = false, committing commit: (() throws -> Void)? = nil
-    ) -> Bool {
-        var outcome = outcome
-        let claimed: Bool = withLock {
-            guard !isCompleted else { return false }
-            isCompleted = true
-            if case .success = outcome, let commit {
-                do { try commit() } catch { outcome = .failure(error) }
-            }
-            return true
-        }
-        if claimed {
-            deliver(outcome, fromCancel: fromCancel, stoppingWork: stoppingWork)
-        }
-        return claimed
-    }
-
-    /// Maps and stores the outcome this caller has claimed, then runs the completion where it belongs.
-    private func deliver(_ outcome: Result<Success, Error>, fromCancel: Bool, stoppingWork: Bool = false) {
+    /// Maps and stores the failure this caller has claimed, then runs the completion where it belongs.
+    private func deliver(failure error: Error, fromCancel: Bool = false, stoppingWork: Bool = false) {
         if fromCancel || stoppingWork {
             cancelWork()
         }
         // Set until the completion has run, which only the claimer can schedule.
         guard let mapError = withLock({ mapError }) else { return }
-        let outcome = outcome.mapError { error in
-            (error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error
-        }
-        let result = outcome.mapError(mapError)
+        let error = (error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error
+        deliver(StoredOutcome(.failure(mapError(error))), error: error, fromCancel: fromCancel)
+    }
+
+    /// Stores the outcome this caller has claimed (`error` before `mapError`, `nil` on success), then runs the
+    /// completion where it belongs.
+    private func deliver(_ outcome: StoredOutcome, error: Error?, fromCancel: Bool) {
         let key = withLock {
-            storedResult = result
+            storedOutcome = outcome
             return registryKey.take()
         }
         // Unregister before the handler runs, so a request added from inside it is not taken for this one.
         if let key { RequestRegistry.shared.remove(self, for: key) }
 
-        let error: Error? = if case let .failure(failure) = outcome { failure } else { nil }
         if error == nil, let progress = withLock({ storedProgress }) {
             progress.completedUnitCount = max(progress.totalUnitCount, progress.completedUnitCount)
             publishProgress(ProgressSnapshot(completedUnitCount: progress.completedUnitCount, totalUnitCount: progress.totalUnitCount))
@@ -259,18 +284,42 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     }
 
     private func runCompletionAndFinish() {
-        let (completion, result) = withLock {
+        var completion: Completion?
+        let outcome: StoredOutcome? = withLock {
             mapError = nil
-            return (self.completion.take(), storedResult)
+            completion = self.completion.take()
+            return storedOutcome
         }
-        if let completion, let result {
-            completion(result)
-        }
-        if let result, let observers = withLock({ resultObservers }) {
-            observers.deliver(result)
+        if let outcome {
+            if let completion {
+                outcome.hand(to: completion)
+            }
+            if let observers = withLock({ resultObservers }), !observers.isEmpty {
+                outcome.hand(to: observers)
+            }
         }
         releaseResources()
         finish()
         withLock { progressWatchers.take() }?.finish()
+    }
+
+    /// The result, in a box: code the compiler could not specialize passes one reference around, instead of looking up
+    /// the metadata of `Result<Success, Failure>` in every function that holds one.
+    private final class StoredOutcome: @unchecked Sendable {
+        let result: Result<Success, Failure>
+        let isSuccess: Bool
+
+        init(_ result: Result<Success, Failure>) {
+            self.result = result
+            if case .success = result { isSuccess = true } else { isSuccess = false }
+        }
+
+        func hand(to completion: Completion) {
+            completion(result)
+        }
+
+        func hand(to observers: QueueResultObservers) {
+            observers.deliver(result)
+        }
     }
 }

@@ -41,6 +41,9 @@ class TransferSink: @unchecked Sendable {
     private var startTime: DispatchTime?
     /// When the task was last cancelled, after a rule ended the attempt.
     private var lastCancel: DispatchTime?
+    /// The last response whose headers arrived: the task's response at its completion, without asking the task (a
+    /// synchronous hop onto the session's internal queue on Linux).
+    private var arrivedResponse: URLResponse?
     /// Why the attempt fails once its task completes (a redirect refused with an error).
     private var failureAtCompletion: Error?
     /// A 307 or 308 redirect to send again on a new task, with its body, once this one has completed with the 3xx.
@@ -70,13 +73,22 @@ class TransferSink: @unchecked Sendable {
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
     /// whether the connection was reused. Called before the subclass's callback.
-    final func measure(sentTotal: Int64? = nil, received: Int? = nil, responseArrived: Bool = false, reusedConnection: Bool? = nil) {
+    final func measure(sentTotal: Int64? = nil, received: Int? = nil, arrived response: URLResponse? = nil, reusedConnection: Bool? = nil) {
         lock.withLock {
             if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
             if let received { metrics.bytesReceived += Int64(received) }
-            if responseArrived, metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
+            if let response {
+                arrivedResponse = response
+                if metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
+            }
             if let reusedConnection { metrics.isReusedConnection = reusedConnection }
         }
+    }
+
+    /// The task's response at its completion: the last one whose headers arrived, else what the task holds (a response
+    /// the transport answered itself, such as an unanswered challenge's).
+    final func finalResponse(of task: URLSessionTask) -> URLResponse? {
+        lock.withLock { arrivedResponse } ?? task.response
     }
 
     // MARK: - Callbacks, on the session's delegate queue
@@ -122,10 +134,10 @@ class TransferSink: @unchecked Sendable {
             return false
         }
         startWindowIfNeeded()
-        let isHead = lock.withLock { task }?.currentRequest?.httpMethod == "HEAD"
-        // A HEAD response, a 304 and a 204 may announce the length of a body they do not send.
+        // A HEAD response, a 304 and a 204 may announce the length of a body they do not send. (The task's request is
+        // read only when the length is over the limit: reading it is a synchronous hop on Linux.)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 200
-        let hasBody = !isHead && status >= 200 && status != 204 && status != 304
+        var hasBody: Bool { status >= 200 && status != 204 && status != 304 && lock.withLock({ task })?.currentRequest?.httpMethod != "HEAD" }
         if let limit = bodyLimit, response.expectedContentLength > limit, hasBody {
             // Linux ignores the `.cancel` answer (see `TransferSession`), so the task is cancelled too.
             return refuse(TransferLimitError.responseTooLarge(limit: limit))

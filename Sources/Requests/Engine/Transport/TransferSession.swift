@@ -88,7 +88,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let handler = handler(for: dataTask)
-        handler?.measure(responseArrived: true)
+        handler?.measure(arrived: response)
         // A refused response has been cancelled by its transfer already. corelibs ignores `.cancel` (a 3 GiB body
         // then arrived whole), and in probes a task answered with it often ignored the cancel that followed as well;
         // one answered `.allow` stopped within 44 ms of it. So `.allow` on every platform.
@@ -242,7 +242,8 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
-        handler(for: task, removing: true)?.didComplete(response: task.response, error: error)
+        guard let handler = handler(for: task, removing: true) else { return }
+        handler.didComplete(response: handler.finalResponse(of: task), error: error)
     }
 }
 

@@ -132,6 +132,25 @@ final class RequestRegistry: @unchecked Sendable {
     struct Key: Hashable {
         let queue: ObjectIdentifier
         let identifier: String
+        /// Computed once: every request's key is hashed when it is added and again when it is removed.
+        private let hashed: Int
+
+        init(queue: ObjectIdentifier, identifier: String) {
+            self.queue = queue
+            self.identifier = identifier
+            var hasher = Hasher()
+            hasher.combine(queue)
+            hasher.combine(identifier)
+            hashed = hasher.finalize()
+        }
+
+        static func == (lhs: Key, rhs: Key) -> Bool {
+            lhs.hashed == rhs.hashed && lhs.queue == rhs.queue && lhs.identifier == rhs.identifier
+        }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(hashed)
+        }
     }
 
     /// The operations of one request type under one key: O(1) insert and remove, oldest first.

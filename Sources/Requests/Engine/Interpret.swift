@@ -27,11 +27,14 @@ struct StatusRule: Sendable {
 /// once, from the request's kind (JSON with the empty-body rules, no content, text, data, a download's file), so
 /// that it is the same whatever transfer carried the body (memory, an upload's, a file).
 struct BodyInterpreter<R: NetworkRequest> {
-    let interpret: (_ body: ResponseBody, _ response: HTTPURLResponse, _ sent: URLRequest, _ request: R) throws -> Processed<R.Success>
+    /// Returns the value, and sets in `finishing` what makes it final, if anything. (Not a `Processed<R.Success>`: in
+    /// code the compiler could not specialize, each such value is a metadata lookup at run time.)
+    let interpret:
+        (_ body: ResponseBody, _ response: HTTPURLResponse, _ sent: URLRequest, _ request: R, _ finishing: inout Finishing) throws -> R.Success
 
     /// For an operation whose kind has no body to interpret (a stream's elements are decoded as they arrive).
     static var unsupported: BodyInterpreter {
-        BodyInterpreter { _, _, _, _ in
+        BodyInterpreter { _, _, _, _, _ in
             throw RequestQueueError.misuse("\(R.self) has no response body to interpret")
         }
     }
@@ -40,7 +43,7 @@ struct BodyInterpreter<R: NetworkRequest> {
 extension BodyInterpreter where R: DataRequest {
     /// A download's file, checked and committed to its destination (see `DownloadPlacement`).
     static var download: BodyInterpreter {
-        BodyInterpreter { body, response, _, request in
+        BodyInterpreter { body, response, _, request, finishing in
             guard let download = request as? any DownloadRequest else {
                 throw RequestQueueError.misuse("\(R.self) is not a download")
             }
@@ -48,21 +51,22 @@ extension BodyInterpreter where R: DataRequest {
             guard let value = placed.value as? R.Success else {
                 throw RequestQueueError.misuse("\(R.self) does not succeed with a URL")
             }
-            return Processed(value: value, commit: placed.commit, abandon: placed.abandon)
+            finishing = Finishing(commit: placed.commit, abandon: placed.abandon)
+            return value
         }
     }
 
     /// A body kept in memory, turned into `Success` by ``DataRequest/processResponse(_:response:)``; for a
     /// ``DecodableRequest``, an empty body goes through its empty-body rules first (the only place that reads them).
     static func data(isDecodable: Bool) -> BodyInterpreter {
-        BodyInterpreter { body, response, sent, request in
+        BodyInterpreter { body, response, sent, request, _ in
             guard case let .data(data) = body else {
                 throw RequestQueueError.misuse("\(R.self) received a file it cannot process")
             }
             if isDecodable, data.isEmpty, let decodable = request as? any DecodableRequest {
-                return Processed(value: try EmptyBodyRule<R.Success>(decodable).value(of: data, response: response, sent: sent, processing: request))
+                return try EmptyBodyRule<R.Success>(decodable).value(of: data, response: response, sent: sent, processing: request)
             }
-            return Processed(value: try request.processResponse(data, response: response))
+            return try request.processResponse(data, response: response)
         }
     }
 }
@@ -114,9 +118,10 @@ extension NetworkRequestOperation {
                 throw RequestQueueError.invalidStatusCode(statusCode: httpResponse.statusCode, response: httpResponse, body: body.errorPayload)
             }
             try Self.validate(httpResponse, sent: sent, body: body.inMemory, with: validations)
-            let processed = try interpreter.interpret(body, httpResponse, sent, request)
-            if !succeed(with: processed.value, committing: processed.commit) {
-                processed.abandon?()
+            var finishing = Finishing()
+            let value = try interpreter.interpret(body, httpResponse, sent, request, &finishing)
+            if !succeed(with: value, committing: finishing.commit) {
+                finishing.abandon?()
             }
             return nil
         } catch {
@@ -139,6 +144,12 @@ extension NetworkRequestOperation {
 /// the outcome into that failure), and `abandon` runs if a cancellation claimed it first.
 struct Processed<Value> {
     let value: Value
+    var commit: (() throws -> Void)? = nil
+    var abandon: (() -> Void)? = nil
+}
+
+/// What makes an interpreted value final (see ``Processed``), apart from the value.
+struct Finishing {
     var commit: (() throws -> Void)? = nil
     var abandon: (() -> Void)? = nil
 }

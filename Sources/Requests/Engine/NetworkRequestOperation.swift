@@ -24,7 +24,8 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     let usesResponseCache: Bool
 
     // All guarded by the lock of `AsyncOperation`.
-    var request: R?
+    /// The request, until the operation finishes.
+    var heldRequest: HeldRequest<R>?
     /// The request's own policies on top of its queue's.
     var sharedPolicies: SharedPolicies
     /// Everything about running the request, created when it starts: a queued operation stays small.
@@ -52,7 +53,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     ) {
         self.session = session
         self.identifier = request.identifier
-        self.request = request
+        self.heldRequest = HeldRequest(request)
         self.interpreter = interpreter
         self.isUpload = isUpload
         self.usesResponseCache = usesResponseCache
@@ -62,7 +63,12 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     /// The request while it is held (until the operation finishes).
     final var currentRequest: R? {
-        withLock { request }
+        withLock { heldRequest }?.value
+    }
+
+    /// ``currentRequest`` in its box, for the steps every request takes (see `HeldRequest`).
+    final var held: HeldRequest<R>? {
+        withLock { heldRequest }
     }
 
     /// The HTTP response of the last attempt, once one has been received. Kept after finish.
@@ -83,8 +89,8 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     override final func adopt(_ queuePolicies: SharedPolicies) {
         // The request's properties are user code: read outside the lock.
-        guard let request = withLock({ request }) else { return }
-        let policies = queuePolicies.adding(request)
+        guard let held else { return }
+        let policies = queuePolicies.adding(held.value)
         withLock { sharedPolicies = policies }
     }
 
@@ -93,7 +99,9 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         sharedPolicies.policies
     }
 
-    /// Must be called under the lock.
+    /// Must be called under the lock. Always inlined: in code the compiler could not specialize, a call costs as much
+    /// as the rest of the access, dozens of times a request.
+    @inline(__always)
     var run: RunState {
         if let lazyRun { return lazyRun }
         let run = RunState()
@@ -146,7 +154,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// Drops the request, the task, what was sent and the policies; keeps ``response``.
     public override func releaseResources() {
         withLock {
-            request = nil
+            heldRequest = nil
             lazyRun?.task = nil
             lazyRun?.backoff = nil
             lazyRun?.deadline.take()?.cancel()
@@ -255,7 +263,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                     attempt: currentAttempt(sending: $0), duration: secondsSince(run.sendTime), validations: policies.validations, rule: run.statusRule)
             }
         }
-        guard let ending = ending ?? nil, let request = currentRequest else {
+        guard let ending = ending ?? nil, let held else {
             body.discard()
             return
         }
@@ -265,7 +273,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
         }
         let failure = interpret(
-            body, response: response, error: error, sent: ending.attempt.urlRequest, request: request, rule: ending.rule,
+            body, response: response, error: error, sent: ending.attempt.urlRequest, request: held.value, rule: ending.rule,
             validations: ending.validations)
         if let failure {
             decide(after: failure, attempt: ending.attempt, response: httpResponse, duration: ending.duration)
@@ -279,7 +287,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// upload's body replaces the request's own, and a multipart form is encoded (its `Content-Type` and length).
     func prepareTransfer(_ urlRequest: inout URLRequest) -> StatusRule? {
         // An upload's body is the request's code: read outside the lock.
-        guard isUpload, let upload = currentRequest.flatMap({ ($0 as? any UploadRequest)?.uploadBody }) else {
+        guard isUpload, let upload = uploadBody() else {
             return StatusRule()
         }
         urlRequest.httpBody = nil
@@ -297,6 +305,13 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             run.upload = (upload, length)
             return StatusRule()
         }
+    }
+
+    /// The body of an ``UploadRequest``, read outside the lock (kept out of `prepareTransfer(_:)`, which every request
+    /// runs: see `HeldRequest`).
+    @inline(never)
+    private func uploadBody() -> UploadBody? {
+        (held?.value as? any UploadRequest)?.uploadBody
     }
 
     /// The task for one attempt, whose callbacks go to the transfer's sink: a body kept in memory (see `MemorySink`).
@@ -318,6 +333,17 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 }
 
 extension NetworkRequestOperation: AttemptCallbacks {}
+
+/// Holds an operation's request until it finishes. A reference rather than an `R?`: code the compiler could not
+/// specialize (a request type of the app's own) looks `Optional<R>`'s metadata up at run time in every function that
+/// holds an `R?`, several times a request (profiled).
+final class HeldRequest<Request>: @unchecked Sendable {
+    let value: Request
+
+    init(_ value: Request) {
+        self.value = value
+    }
+}
 
 /// What the end of an attempt is judged with, taken in one step under the lock.
 struct AttemptEnding {

@@ -9,9 +9,9 @@ import Foundation
 extension NetworkRequestOperation {
     /// Asks the request for the `URLRequest` of the current attempt.
     func startAttempt() {
-        guard let step = ifNotCompleted({ beginStep() }), let request = currentRequest else { return }
+        guard let step = ifNotCompleted({ beginStep() }), let held else { return }
         // Weak, like every callback held by user code: a cancelled operation is not kept until it is called.
-        request.makeURLRequest { [weak self] urlRequest in
+        held.value.makeURLRequest { [weak self] urlRequest in
             self?.adapted(urlRequest, step: step, nextAdapter: 0)
         }
     }

@@ -128,7 +128,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         if let commitError {
             deliver(failure: commitError)
         } else if withLock({ mapError }) != nil {
-            deliver(StoredOutcome(.success(value)), error: nil, fromCancel: false)
+            deliver(StoredOutcome(success: value), error: nil, fromCancel: false)
         }
         return true
     }
@@ -250,7 +250,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         // Set until the completion has run, which only the claimer can schedule.
         guard let mapError = withLock({ mapError }) else { return }
         let error = (error as? URLError)?.code == .cancelled ? RequestQueueError.cancelled : error
-        deliver(StoredOutcome(.failure(mapError(error))), error: error, fromCancel: fromCancel)
+        deliver(StoredOutcome(failure: mapError(error)), error: error, fromCancel: fromCancel)
     }
 
     /// Stores the outcome this caller has claimed (`error` before `mapError`, `nil` on success), then runs the
@@ -287,7 +287,9 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         var completion: Completion?
         let outcome: StoredOutcome? = withLock {
             mapError = nil
-            completion = self.completion.take()
+            // Not `take()`: a generic call that would look the metadata of `Optional<Completion>` up.
+            completion = self.completion
+            self.completion = nil
             return storedOutcome
         }
         if let outcome {
@@ -309,9 +311,14 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         let result: Result<Success, Failure>
         let isSuccess: Bool
 
-        init(_ result: Result<Success, Failure>) {
-            self.result = result
-            if case .success = result { isSuccess = true } else { isSuccess = false }
+        init(success value: Success) {
+            result = .success(value)
+            isSuccess = true
+        }
+
+        init(failure: Failure) {
+            result = .failure(failure)
+            isSuccess = false
         }
 
         func hand(to completion: Completion) {

@@ -315,11 +315,15 @@ class TransferSink: @unchecked Sendable {
 
     /// Claims the outcome: whether this is the first claim, and the task.
     private func claim() -> (first: Bool, task: URLSessionTask?) {
-        lock.withLock {
+        let claimed = lock.withLock { () -> (first: Bool, task: URLSessionTask?) in
             guard !isOver else { return (false, nil) }
             isOver = true
             return (true, task)
         }
+        if claimed.first, rules.limits.minimumSpeed != nil {
+            TransferWatchdog.shared.unwatch(self)
+        }
+        return claimed
     }
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {

@@ -24,6 +24,12 @@ final class TransferWatchdog: @unchecked Sendable {
         }
     }
 
+    /// Stops watching `transfer`, whose attempt ended: the set stays as small as the transfers in flight. The timer
+    /// stops at its next tick if nothing is left (so back-to-back requests do not make a timer each).
+    func unwatch(_ transfer: TransferSink) {
+        lock.withLock { _ = watched.removeValue(forKey: ObjectIdentifier(transfer)) }
+    }
+
     private func tick() {
         let transfers = lock.withLock { Array(watched.values) }
         let now = DispatchTime.now()

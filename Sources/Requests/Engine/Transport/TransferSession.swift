@@ -64,15 +64,16 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 
     private let lock = NSLock()
-    private var handlers: [Int: TransferSink] = [:]
+    /// By task object, not `taskIdentifier`, whose getter is not free on Linux.
+    private var handlers: [ObjectIdentifier: TransferSink] = [:]
 
     /// Routes `task`'s callbacks to `handler` until the task completes. Call before `resume()`.
     private func register(_ handler: TransferSink, for task: URLSessionTask) {
-        lock.withLock { handlers[task.taskIdentifier] = handler }
+        lock.withLock { handlers[ObjectIdentifier(task)] = handler }
     }
 
     private func handler(for task: URLSessionTask, removing: Bool = false) -> TransferSink? {
-        lock.withLock { removing ? handlers.removeValue(forKey: task.taskIdentifier) : handlers[task.taskIdentifier] }
+        lock.withLock { removing ? handlers.removeValue(forKey: ObjectIdentifier(task)) : handlers[ObjectIdentifier(task)] }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {

@@ -327,13 +327,12 @@ class TransferSink: @unchecked Sendable {
     }
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
-        let callbacks = self.callbacks
         let (metrics, answeredChallenge) = lock.withLock { (self.metrics, self.answeredChallenge) }
-        DispatchQueue.global().async {
-            guard let callbacks else {
-                body.discard()
-                return
-            }
+        guard let callbacks else {
+            DispatchQueue.global().async { body.discard() }
+            return
+        }
+        callbacks.processOutcome {
             callbacks.measured(metrics, answeredChallenge: answeredChallenge)
             callbacks.receive(body: body, response: response, error: error)
         }

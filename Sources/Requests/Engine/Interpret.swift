@@ -29,8 +29,7 @@ struct StatusRule: Sendable {
 struct BodyInterpreter<R: NetworkRequest> {
     /// Returns the value, and sets in `finishing` what makes it final, if anything. (Not a `Processed<R.Success>`: in
     /// code the compiler could not specialize, each such value is a metadata lookup at run time.)
-    let interpret:
-        (_ body: ResponseBody, _ response: HTTPURLResponse, _ sent: URLRequest, _ request: R, _ finishing: inout Finishing) throws -> R.Success
+    let interpret: (_ body: ResponseBody, _ response: HTTPURLResponse, _ sent: URLRequest, _ request: R, _ finishing: inout Finishing) throws -> R.Success
 
     /// For an operation whose kind has no body to interpret (a stream's elements are decoded as they arrive).
     static var unsupported: BodyInterpreter {

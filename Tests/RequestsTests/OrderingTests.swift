@@ -68,44 +68,6 @@ final class OrderingTests: XCTestCase {
         wait(for: [done], timeout: 10)
     }
 
-    func testAGivenQueueProcessesTheResponseAndTheCompletionFollowsWithoutAHop() {
-        // Given a serial completion queue, and a request whose processing queues a marker block behind itself
-        let key = DispatchSpecificKey<String>()
-        let callbackQueue = DispatchQueue(label: "callbacks")
-        callbackQueue.setSpecific(key: key, value: "callbacks")
-        let processedOn = Box<String>()
-        let markerRan = Box<Bool>()
-        let request = HookedProcessing(url: server.url("/json")) {
-            processedOn.value = DispatchQueue.getSpecific(key: key) ?? "elsewhere"
-            callbackQueue.async { markerRan.value = true }
-        }
-        let done = expectation(description: "completion")
-        OperationQueue().addRequest(request, session: testSession, completionQueue: callbackQueue) { result in
-            // Then the response was processed on that queue, and the completion ran in the same block, before the
-            // marker (a second hop would have queued it behind the marker)
-            XCTAssertNotNil(try? result.get())
-            XCTAssertEqual(DispatchQueue.getSpecific(key: key), "callbacks")
-            XCTAssertEqual(processedOn.value, "callbacks")
-            XCTAssertNil(markerRan.value)
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-    }
-
-    func testTheMainQueueNeverProcessesAResponse() {
-        // Given the main queue as the completion queue
-        let processedOnMain = Box<Bool>()
-        let request = HookedProcessing(url: server.url("/json")) { processedOnMain.value = Thread.isMainThread }
-        let done = expectation(description: "completion")
-        OperationQueue().addRequest(request, session: testSession, completionQueue: .main) { _ in
-            // Then the completion runs there, and the processing ran elsewhere
-            XCTAssertTrue(Thread.isMainThread)
-            XCTAssertEqual(processedOnMain.value, false)
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-    }
-
     func testCompletionRunsOnTheUnderlyingQueueWhenNoneIsGiven() {
         let key = DispatchSpecificKey<String>()
         let underlying = DispatchQueue(label: "underlying")  // kept alive here: OperationQueue holds it unowned
@@ -176,23 +138,5 @@ final class OrderingTests: XCTestCase {
         queue.cancelAllOperations()
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
-    }
-}
-
-/// A GET whose `processResponse` calls `hook` first.
-private struct HookedProcessing: DataRequest {
-    typealias Success = Data
-    typealias Failure = Error
-    let url: URL
-    let hook: @Sendable () -> Void
-    var identifier: String { "hooked" }
-
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        completion(.success(URLRequest(url: url)))
-    }
-
-    func processData(_ data: Data) throws -> Data {
-        hook()
-        return data
     }
 }

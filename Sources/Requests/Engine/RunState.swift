@@ -70,9 +70,6 @@ func secondsSince(_ start: DispatchTime) -> TimeInterval {
 /// backoff, a transfer's progress. An existential, so that the @Sendable closures that call it do not capture the
 /// operation's generic metatype.
 protocol AttemptCallbacks: AnyObject, Sendable {
-    /// Runs `work`, which processes an attempt's outcome, off the session's callback queue (see
-    /// `RequestOperation.processOutcome(_:)`).
-    func processOutcome(_ work: @escaping @Sendable () -> Void)
     func receive(body: ResponseBody, response: URLResponse?, error: Error?)
     /// What the transport measured of the attempt whose outcome comes next, with ``receive(body:response:error:)``.
     /// `answeredChallenge`: the transport answered an authentication challenge with a credential.

@@ -7,7 +7,7 @@ import Foundation
 ///
 /// Attach monitors with ``RequestPolicies/monitors``; each is called in order. Every method has an empty
 /// default, so a monitor implements only what it needs. Calls come from the threads where things happen
-/// (the session's delegate queue, the request's completion queue or a global queue), never under a lock of Requests and never inside `cancel()`:
+/// (the session's delegate queue, a global queue), never under a lock of Requests and never inside `cancel()`:
 /// keep them quick. Durations are measured by Requests with a monotonic clock, because Linux delivers no
 /// task metrics.
 ///

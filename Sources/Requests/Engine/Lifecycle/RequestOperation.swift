@@ -14,9 +14,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
 
     /// Where the completion handler runs. `nil` runs it on the thread that produced the outcome (a global
     /// queue for a response, where its body was processed off the session's delegate queue), or on a global queue
-    /// after a cancellation, so that user code never runs inside `cancel()`. A completion queue that is not the main
-    /// queue also processes the response (validation, `processResponse`, decoding), and the completion follows there
-    /// without a second hop; the main queue never does that work.
+    /// after a cancellation, so that user code never runs inside `cancel()`.
     public let completionQueue: DispatchQueue?
 
     // All guarded by the lock of `AsyncOperation`.
@@ -30,8 +28,6 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     private var liveChainedDependents = 0
     /// Created on first use, so that a queued operation nobody watches stays small.
     private var storedProgress: Progress?
-    /// The thread processing an outcome on ``completionQueue`` (see ``processOutcome(_:)``), while it does.
-    private var processingThread: pthread_t?
     /// The readers of ``progressUpdates``, if any.
     var progressWatchers: ProgressWatchers?
     /// The result observers of the queue that runs the operation (see `observeResults`), set when it is added.
@@ -223,26 +219,6 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
     }
 
-    /// Runs `work`, which processes an outcome of the work (a response's body, interpreted and decoded), off the thread
-    /// that produced it: on ``completionQueue`` when there is one and it is not the main queue, so that a completion
-    /// that follows at once runs there without a second hop; else on a global queue.
-    final func processOutcome(_ work: @escaping @Sendable () -> Void) {
-        guard let completionQueue, !completionQueue.isMainQueue else {
-            DispatchQueue.global().async(execute: work)
-            return
-        }
-        completionQueue.async {
-            self.withLock { self.processingThread = pthread_self() }
-            work()
-            self.withLock { self.processingThread = nil }
-        }
-    }
-
-    /// Whether this thread is processing an outcome on ``completionQueue`` now.
-    private var isProcessingOnCompletionQueue: Bool {
-        withLock { processingThread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-    }
-
     /// Subclasses override this to start their work and call ``complete(with:)`` when it ends.
     /// The default fails with ``RequestQueueError/misuse(_:)``, so a subclass that forgets still completes.
     open override func execute() {
@@ -293,7 +269,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
         let completionQueue = completionQueue
         let runCompletion: @Sendable () -> Void = {
-            if let completionQueue, !self.isProcessingOnCompletionQueue {
+            if let completionQueue {
                 completionQueue.async { self.runCompletionAndFinish() }
             } else {
                 self.runCompletionAndFinish()
@@ -352,12 +328,5 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         func hand(to observers: QueueResultObservers) {
             observers.deliver(result)
         }
-    }
-}
-
-extension DispatchQueue {
-    /// Whether this is the main queue (the same object on Apple platforms; compared by label as well elsewhere).
-    var isMainQueue: Bool {
-        self === DispatchQueue.main || label == DispatchQueue.main.label
     }
 }

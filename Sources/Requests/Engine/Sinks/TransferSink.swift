@@ -327,12 +327,13 @@ class TransferSink: @unchecked Sendable {
     }
 
     private func deliver(body: ResponseBody, response: URLResponse?, error: Error?) {
+        let callbacks = self.callbacks
         let (metrics, answeredChallenge) = lock.withLock { (self.metrics, self.answeredChallenge) }
-        guard let callbacks else {
-            DispatchQueue.global().async { body.discard() }
-            return
-        }
-        callbacks.processOutcome {
+        DispatchQueue.global().async {
+            guard let callbacks else {
+                body.discard()
+                return
+            }
             callbacks.measured(metrics, answeredChallenge: answeredChallenge)
             callbacks.receive(body: body, response: response, error: error)
         }

@@ -68,6 +68,20 @@ final class OrderingTests: XCTestCase {
         wait(for: [done], timeout: 10)
     }
 
+    func testTheMainQueueNeverProcessesAResponse() {
+        // Given the main queue as the completion queue
+        let processedOnMain = Box<Bool>()
+        let request = HookedProcessing(url: server.url("/json")) { processedOnMain.value = Thread.isMainThread }
+        let done = expectation(description: "completion")
+        OperationQueue().addRequest(request, session: testSession, completionQueue: .main) { _ in
+            // Then the completion runs there, and the processing ran elsewhere
+            XCTAssertTrue(Thread.isMainThread)
+            XCTAssertEqual(processedOnMain.value, false)
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+    }
+
     func testCompletionRunsOnTheUnderlyingQueueWhenNoneIsGiven() {
         let key = DispatchSpecificKey<String>()
         let underlying = DispatchQueue(label: "underlying")  // kept alive here: OperationQueue holds it unowned
@@ -138,5 +152,23 @@ final class OrderingTests: XCTestCase {
         queue.cancelAllOperations()
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
+    }
+}
+
+/// A GET whose `processResponse` calls `hook` first.
+private struct HookedProcessing: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    let url: URL
+    let hook: @Sendable () -> Void
+    var identifier: String { "hooked" }
+
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+
+    func processData(_ data: Data) throws -> Data {
+        hook()
+        return data
     }
 }

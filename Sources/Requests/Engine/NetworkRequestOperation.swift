@@ -26,8 +26,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     // All guarded by the lock of `AsyncOperation`.
     /// The request, until the operation finishes.
     var heldRequest: HeldRequest<R>?
-    /// The request's own policies on top of its queue's.
-    var sharedPolicies: SharedPolicies
+    /// The request's own policies on top of its queue's: set when a queue adopts the operation, or when it starts
+    /// without one (so that a request added to a queue reads its own policies once, not twice).
+    var sharedPolicies: SharedPolicies = .none
+    private var hasPolicies = false
     /// Everything about running the request, created when it starts: a queued operation stays small.
     var lazyRun: RunState?
 
@@ -57,7 +59,6 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         self.interpreter = interpreter
         self.isUpload = isUpload
         self.usesResponseCache = usesResponseCache
-        self.sharedPolicies = SharedPolicies.none.adding(request)
         super.init(completionQueue: completionQueue, mapError: request.mapError, completion: completion)
     }
 
@@ -91,7 +92,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         // The request's properties are user code: read outside the lock.
         guard let held else { return }
         let policies = queuePolicies.adding(held.value)
-        withLock { sharedPolicies = policies }
+        withLock { (sharedPolicies, hasPolicies) = (policies, true) }
     }
 
     /// Must be called under the lock.
@@ -113,6 +114,9 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
 
     /// Starts the first attempt, and the clock of the request's deadline.
     public final override func execute() {
+        if !withLock({ hasPolicies }) {
+            adopt(.none)  // started without a queue's policies: the request's own
+        }
         guard
             let deadline = ifNotCompleted({ () -> TimeInterval? in
                 run.startTime = .now()
@@ -168,8 +172,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     }
 
     override func willDeliver(_ error: Error?, then runCompletion: @escaping @Sendable () -> Void) {
-        let summary: RequestSummary = withLock {
-            RequestSummary(
+        // Without monitors there is nobody to summarise the request for (their list is fixed once the request runs).
+        let summary: RequestSummary? = withLock {
+            guard !policies.monitors.isEmpty else { return nil }
+            return RequestSummary(
                 identifier: identifier,
                 urlRequest: run.sentRequest,
                 response: run.response,
@@ -179,6 +185,10 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                 error: error,
                 metrics: run.metrics
             )
+        }
+        guard let summary else {
+            runCompletion()
+            return
         }
         emit(.didFinish(summary, then: runCompletion))
     }

@@ -183,6 +183,28 @@ final class HostileInputTests: XCTestCase {
         XCTAssertEqual(sawOtherFirst.values, [true])
     }
 
+    func testASlowProcessResponseDoesNotHoldUpAnotherRequestOnTheSameSerialCompletionQueue() {
+        // Given requests whose completions share one serial queue (the queue's underlyingQueue, the default
+        // completion queue), and one whose processing blocks until the other has completed
+        let completions = DispatchQueue(label: "serial completions")
+        let otherCompleted = DispatchSemaphore(value: 0)
+        let sawOtherFirst = Recorder<Bool>()
+        let queue = OperationQueue()
+        queue.underlyingQueue = completions
+        let slow = BlockingRequest(url: server.url("/json")) {
+            sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
+        }
+        queue.addRequest(slow, session: testSession) { _ in }
+        waitUntil("the slow request is processing") { slow.started.count == 1 }
+        // When the other request runs while it is blocked
+        queue.addRequest(GetData(url: server.url("/json")), session: testSession) { _ in otherCompleted.signal() }
+        queue.waitUntilAllOperationsAreFinished()
+        // Then the other one completed first: processing never runs on the completion queue, so a slow one holds up
+        // only its own completion
+        XCTAssertEqual(sawOtherFirst.values, [true])
+        withExtendedLifetime(completions) {}
+    }
+
     #if canImport(FoundationNetworking)
     // On Apple platforms the ruling runs on the caller's session delegate queue, as URLSession calls it.
     func testARedirectRulingThatBlocksDoesNotHoldUpAnotherRequestOnTheSameSession() {

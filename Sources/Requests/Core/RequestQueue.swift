@@ -205,6 +205,12 @@ final class RequestRegistry: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         let type = ObjectIdentifier(requestType)
+        // One hashed step for the usual case, a key nobody else holds. Otherwise the old slot goes back, and is
+        // released here (a second reference would make the buckets below copy themselves whole on each change).
+        do {
+            guard let existing = slots.updateValue(.one(type: type, operation: operation), forKey: key) else { return }
+            slots[key] = existing
+        }
         var byType: [ObjectIdentifier: Bucket]
         switch slots[key] {
         case nil:
@@ -226,6 +232,12 @@ final class RequestRegistry: @unchecked Sendable {
     func remove(_ operation: Operation, for key: Key) {
         lock.lock()
         defer { lock.unlock() }
+        // One hashed step for the usual case, the slot holding only `operation`; otherwise it goes back first.
+        do {
+            guard let taken = slots.removeValue(forKey: key) else { return }
+            if case let .one(_, registered) = taken, registered === operation { return }
+            slots[key] = taken
+        }
         switch slots[key] {
         case nil:
             return

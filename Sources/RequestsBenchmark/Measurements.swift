@@ -291,40 +291,24 @@ func measureCancellation(server: LoopbackServer, count: Int, concurrency: Int, s
     return figures
 }
 
-/// A minimal asynchronous `Operation` that stays executing until it is cancelled: a stand-in for a request
-/// in flight, with the same cancellation semantics (an executing operation finishes at once when cancelled)
-/// but no network. KVO notifications are sent outside the lock.
-final class HeldOperation: Operation, @unchecked Sendable {
+/// The least an asynchronous `Operation` needs: one lock over its two states, and KVO notifications sent outside it.
+/// Subclasses call ``begin()`` from `start()` and ``finish()`` when their work ends (once; later calls do nothing).
+class BareAsyncOperation: Operation, @unchecked Sendable {
     private let lock = NSLock()
     private var executing = false
     private var finished = false
-    private let onStart: @Sendable () -> Void
-
-    init(onStart: @escaping @Sendable () -> Void) {
-        self.onStart = onStart
-    }
 
     override var isAsynchronous: Bool { true }
     override var isExecuting: Bool { lock.withLock { executing } }
     override var isFinished: Bool { lock.withLock { finished } }
 
-    override func start() {
+    final func begin() {
         willChangeValue(forKey: "isExecuting")
         lock.withLock { executing = true }
         didChangeValue(forKey: "isExecuting")
-        if isCancelled {
-            finish()
-        } else {
-            onStart()
-        }
     }
 
-    override func cancel() {
-        super.cancel()
-        if isExecuting { finish() }
-    }
-
-    private func finish() {
+    final func finish() {
         let claimed: Bool = lock.withLock { executing && !finished }
         guard claimed else { return }
         willChangeValue(forKey: "isExecuting")
@@ -335,6 +319,31 @@ final class HeldOperation: Operation, @unchecked Sendable {
         }
         didChangeValue(forKey: "isFinished")
         didChangeValue(forKey: "isExecuting")
+    }
+}
+
+/// A minimal asynchronous `Operation` that stays executing until it is cancelled: a stand-in for a request
+/// in flight, with the same cancellation semantics (an executing operation finishes at once when cancelled)
+/// but no network.
+final class HeldOperation: BareAsyncOperation, @unchecked Sendable {
+    private let onStart: @Sendable () -> Void
+
+    init(onStart: @escaping @Sendable () -> Void) {
+        self.onStart = onStart
+    }
+
+    override func start() {
+        begin()
+        if isCancelled {
+            finish()
+        } else {
+            onStart()
+        }
+    }
+
+    override func cancel() {
+        super.cancel()
+        if isExecuting { finish() }
     }
 }
 

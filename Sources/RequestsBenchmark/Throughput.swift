@@ -154,12 +154,8 @@ struct RecipeRequest: DecodableRequest {
 }
 
 /// The least any Operation-based design can cost: a bare asynchronous `Operation` that runs one raw data task and
-/// finishes from its completion handler (on the session's delegate queue), after decoding the body there. KVO
-/// notifications are sent outside the lock, as `Operation` requires.
-final class FloorOperation: Operation, @unchecked Sendable {
-    private let lock = NSLock()
-    private var executing = false
-    private var finished = false
+/// finishes from its completion handler (on the session's delegate queue), after decoding the body there.
+final class FloorOperation: BareAsyncOperation, @unchecked Sendable {
     private let session: URLSession
     private let url: URL
     private let countdown: Countdown
@@ -170,30 +166,13 @@ final class FloorOperation: Operation, @unchecked Sendable {
         self.countdown = countdown
     }
 
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { lock.withLock { executing } }
-    override var isFinished: Bool { lock.withLock { finished } }
-
     override func start() {
-        willChangeValue(forKey: "isExecuting")
-        lock.withLock { executing = true }
-        didChangeValue(forKey: "isExecuting")
+        begin()
         let task = session.dataTask(with: URLRequest(url: url)) { [self] data, response, error in
             countdown.done(ok: error == nil && decodesRecipe(data, response))
             finish()
         }
         task.resume()
-    }
-
-    private func finish() {
-        willChangeValue(forKey: "isExecuting")
-        willChangeValue(forKey: "isFinished")
-        lock.withLock {
-            executing = false
-            finished = true
-        }
-        didChangeValue(forKey: "isFinished")
-        didChangeValue(forKey: "isExecuting")
     }
 }
 

@@ -167,30 +167,27 @@ final class HostileInputTests: XCTestCase {
     // MARK: - Processing off the delegate queue
 
     func testASlowProcessResponseDoesNotHoldUpAnotherRequestOnTheSameSession() {
-        // Given a request whose processing blocks until another request on the same session has completed
-        let otherCompleted = DispatchSemaphore(value: 0)
-        let sawOtherFirst = Recorder<Bool>()
-        let queue = OperationQueue()
-        let slow = BlockingRequest(url: server.url("/json")) {
-            sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
-        }
-        queue.addRequest(slow, session: testSession) { _ in }
-        waitUntil("the slow request is processing") { slow.started.count == 1 }
-        // When the other request runs while it is blocked
-        queue.addRequest(GetData(url: server.url("/json")), session: testSession) { _ in otherCompleted.signal() }
-        queue.waitUntilAllOperationsAreFinished()
         // Then the other one completed while the first was still processing (on the serial delegate queue it never could)
-        XCTAssertEqual(sawOtherFirst.values, [true])
+        XCTAssertEqual(otherCompletedWhileOneProcessed(on: OperationQueue()), [true])
     }
 
     func testASlowProcessResponseDoesNotHoldUpAnotherRequestOnTheSameSerialCompletionQueue() {
         // Given requests whose completions share one serial queue (the queue's underlyingQueue, the default
-        // completion queue), and one whose processing blocks until the other has completed
+        // completion queue)
         let completions = DispatchQueue(label: "serial completions")
-        let otherCompleted = DispatchSemaphore(value: 0)
-        let sawOtherFirst = Recorder<Bool>()
         let queue = OperationQueue()
         queue.underlyingQueue = completions
+        // Then the other one completed first: processing never runs on the completion queue, so a slow one holds up
+        // only its own completion
+        XCTAssertEqual(otherCompletedWhileOneProcessed(on: queue), [true])
+        withExtendedLifetime(completions) {}
+    }
+
+    /// Adds a request whose processing blocks until another request on the same session has completed, then that
+    /// other request; returns whether the first saw the other complete.
+    private func otherCompletedWhileOneProcessed(on queue: OperationQueue) -> [Bool] {
+        let otherCompleted = DispatchSemaphore(value: 0)
+        let sawOtherFirst = Recorder<Bool>()
         let slow = BlockingRequest(url: server.url("/json")) {
             sawOtherFirst.append(otherCompleted.wait(timeout: .now() + 20) == .success)
         }
@@ -199,10 +196,7 @@ final class HostileInputTests: XCTestCase {
         // When the other request runs while it is blocked
         queue.addRequest(GetData(url: server.url("/json")), session: testSession) { _ in otherCompleted.signal() }
         queue.waitUntilAllOperationsAreFinished()
-        // Then the other one completed first: processing never runs on the completion queue, so a slow one holds up
-        // only its own completion
-        XCTAssertEqual(sawOtherFirst.values, [true])
-        withExtendedLifetime(completions) {}
+        return sawOtherFirst.values
     }
 
     #if canImport(FoundationNetworking)

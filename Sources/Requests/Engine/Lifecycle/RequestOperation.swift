@@ -115,15 +115,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// must be quick and must not call back into the operation. Returns whether this call completed the operation.
     @discardableResult
     final func succeed(with value: Success, committing commit: (() throws -> Void)? = nil) -> Bool {
-        var commitError: Error?
-        let claimed: Bool = withLock {
-            guard !isCompleted else { return false }
-            isCompleted = true
-            if let commit {
-                do { try commit() } catch { commitError = error }
-            }
-            return true
-        }
+        let (claimed, commitError) = claim(running: commit)
         guard claimed else { return false }
         if let commitError {
             deliver(failure: commitError)
@@ -139,7 +131,7 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     @inline(never)
     @discardableResult
     final func fail(_ error: Error) -> Bool {
-        guard claim() else { return false }
+        guard claim().claimed else { return false }
         deliver(failure: error)
         return true
     }
@@ -148,17 +140,23 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     /// before the completion is scheduled, so the work in progress is stopped. Returns whether this call completed it.
     @discardableResult
     final func interrupt(with error: Error) -> Bool {
-        guard claim() else { return false }
+        guard claim().claimed else { return false }
         deliver(failure: error, stoppingWork: true)
         return true
     }
 
-    /// Claims the outcome: whether this caller is the first.
-    private func claim() -> Bool {
+    /// Claims the outcome: whether this caller is the first. `commit` runs in the same locked step, and what it
+    /// throws is returned.
+    private func claim(running commit: (() throws -> Void)? = nil) -> (claimed: Bool, commitError: Error?) {
         withLock {
-            guard !isCompleted else { return false }
+            guard !isCompleted else { return (false, nil) }
             isCompleted = true
-            return true
+            do {
+                try commit?()
+                return (true, nil)
+            } catch {
+                return (true, error)
+            }
         }
     }
 

@@ -21,7 +21,7 @@ let package = Package(
         .testTarget(name: "RequestsTests", dependencies: ["Requests", "RequestsTestServer"]),
         .testTarget(name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
         // Compiles the code of the DocC articles (Sources/Requests/Requests.docc), verbatim.
-        .testTarget(name: "RequestsDocsTests", dependencies: ["Requests", "RequestsTesting"]),
+        .testTarget(name: "RequestsDocsTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
         // Proves that code written for the original library still compiles in Swift 5 language mode.
         .testTarget(
             name: "RequestsSwift5Tests",

@@ -60,3 +60,65 @@ final class OperationCancellation: @unchecked Sendable {
         cancelOperation?()
     }
 }
+
+extension RequestOperation where Success: Sendable {
+    /// The operation's success value, once its completion handler has returned; throws its failure (a `Failure`).
+    /// Any request operation can be awaited this way, however it was added, and by any number of tasks.
+    ///
+    /// ```swift
+    /// let download = queue.addRequest(api.get("video").download())
+    /// let file = try await download.value
+    /// ```
+    ///
+    /// Waiting does not own the operation: cancelling the waiting `Task` ends the wait with `CancellationError` and
+    /// leaves the operation running (cancel the operation to cancel the request).
+    public var value: Success {
+        get async throws {
+            let wait = ResultWait<Success>()
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    wait.start(continuation)
+                    whenCompletionHasRun { [self] in
+                        guard let result else {
+                            return wait.resume(with: .failure(RequestQueueError.misuse("the operation completed without a result")))
+                        }
+                        wait.resume(with: result.mapError { $0 })
+                    }
+                }
+            } onCancel: {
+                wait.resume(with: .failure(CancellationError()))
+            }
+        }
+    }
+}
+
+/// One wait for an operation's value: resumed once, by the result or by the waiting Task's cancellation, whichever
+/// comes first (the cancellation may come before the wait starts).
+private final class ResultWait<Success: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<Success, Error>?
+    private var early: Result<Success, Error>?
+
+    func start(_ continuation: CheckedContinuation<Success, Error>) {
+        lock.lock()
+        guard let early else {
+            self.continuation = continuation
+            lock.unlock()
+            return
+        }
+        lock.unlock()
+        continuation.resume(with: early)
+    }
+
+    func resume(with result: Result<Success, Error>) {
+        lock.lock()
+        guard let continuation else {
+            if early == nil { early = result }
+            lock.unlock()
+            return
+        }
+        self.continuation = nil
+        lock.unlock()
+        continuation.resume(with: result)
+    }
+}

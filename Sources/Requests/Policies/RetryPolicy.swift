@@ -22,8 +22,9 @@ public struct RetryPolicy: Sendable {
     /// not retry in step. `Retry-After` delays are not jittered. Default: 0.2.
     public var jitter: Double
     /// Only requests with these methods (compared without regard to case) are retried. Default: the
-    /// idempotent ones, GET, HEAD, PUT, DELETE, OPTIONS and TRACE.
-    public var retryableMethods: Set<String>
+    /// idempotent ones, GET, HEAD, PUT, DELETE, OPTIONS and TRACE. Add `.post` or `.patch` only for an API that makes
+    /// them safe to repeat (an idempotency key, for example): a retried POST whose first answer was lost applies twice.
+    public var retryableMethods: Set<HTTPMethod>
     /// Responses with these statuses are retried. Default: 408, 429, 500, 502, 503, 504.
     public var retryableStatusCodes: Set<Int>
     /// Transport errors with these codes are retried. Default: timed out, network connection lost, cannot
@@ -49,12 +50,9 @@ public struct RetryPolicy: Sendable {
         backoffMultiplier: Double = 2,
         maxDelay: TimeInterval = 30,
         jitter: Double = 0.2,
-        retryableMethods: Set<String> = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"],
-        retryableStatusCodes: Set<Int> = [408, 429, 500, 502, 503, 504],
-        retryableURLErrorCodes: Set<URLError.Code> = [
-            .timedOut, .networkConnectionLost, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
-            .notConnectedToInternet, .badServerResponse,
-        ],
+        retryableMethods: Set<HTTPMethod> = RetryPolicy.defaultRetryableMethods,
+        retryableStatusCodes: Set<Int> = RetryPolicy.defaultRetryableStatusCodes,
+        retryableURLErrorCodes: Set<URLError.Code> = RetryPolicy.defaultRetryableURLErrorCodes,
         honorsRetryAfter: Bool = true
     ) {
         self.maxAttempts = maxAttempts
@@ -62,11 +60,43 @@ public struct RetryPolicy: Sendable {
         self.backoffMultiplier = backoffMultiplier
         self.maxDelay = maxDelay
         self.jitter = jitter
-        self.retryableMethods = Set(retryableMethods.map { $0.uppercased() })
+        self.retryableMethods = Set(retryableMethods.map { HTTPMethod(rawValue: $0.rawValue.uppercased()) })
         self.retryableStatusCodes = retryableStatusCodes
         self.retryableURLErrorCodes = retryableURLErrorCodes
         self.honorsRetryAfter = honorsRetryAfter
     }
+
+    /// The policy with `retryableMethods` as strings, as before they were ``HTTPMethod``s; the other parameters as
+    /// in ``init(maxAttempts:baseDelay:backoffMultiplier:maxDelay:jitter:retryableMethods:retryableStatusCodes:retryableURLErrorCodes:honorsRetryAfter:)``.
+    @_disfavoredOverload
+    @available(*, deprecated, message: "pass retryableMethods as a Set<HTTPMethod>, such as [.get, .post]")
+    public init(
+        maxAttempts: Int = 3,
+        baseDelay: TimeInterval = 0.5,
+        backoffMultiplier: Double = 2,
+        maxDelay: TimeInterval = 30,
+        jitter: Double = 0.2,
+        retryableMethods: Set<String>,
+        retryableStatusCodes: Set<Int> = RetryPolicy.defaultRetryableStatusCodes,
+        retryableURLErrorCodes: Set<URLError.Code> = RetryPolicy.defaultRetryableURLErrorCodes,
+        honorsRetryAfter: Bool = true
+    ) {
+        self.init(
+            maxAttempts: maxAttempts, baseDelay: baseDelay, backoffMultiplier: backoffMultiplier, maxDelay: maxDelay,
+            jitter: jitter, retryableMethods: Set(retryableMethods.map(HTTPMethod.init(rawValue:))),
+            retryableStatusCodes: retryableStatusCodes, retryableURLErrorCodes: retryableURLErrorCodes,
+            honorsRetryAfter: honorsRetryAfter)
+    }
+
+    /// The default ``retryableMethods``: the idempotent ones.
+    public static let defaultRetryableMethods: Set<HTTPMethod> = [.get, .head, .put, .delete, .options, .trace]
+    /// The default ``retryableStatusCodes``.
+    public static let defaultRetryableStatusCodes: Set<Int> = [408, 429, 500, 502, 503, 504]
+    /// The default ``retryableURLErrorCodes``.
+    public static let defaultRetryableURLErrorCodes: Set<URLError.Code> = [
+        .timedOut, .networkConnectionLost, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
+        .notConnectedToInternet, .badServerResponse,
+    ]
 
     /// The policy with every default.
     public static let `default` = RetryPolicy()
@@ -110,7 +140,8 @@ public struct RetryPolicy: Sendable {
         now: Date = Date(),
         random: Double = Double.random(in: 0...1)
     ) -> TimeInterval? {
-        guard attempt < maxAttempts, retryableMethods.contains(method.uppercased()) else { return nil }
+        guard attempt < maxAttempts, retryableMethods.contains(where: { $0.rawValue.caseInsensitiveCompare(method) == .orderedSame })
+        else { return nil }
         let status = (error as? RequestQueueError)?.statusCode
         let code = (error as? URLError)?.code
         guard status.map(retryableStatusCodes.contains) ?? code.map(retryableURLErrorCodes.contains) ?? false else { return nil }

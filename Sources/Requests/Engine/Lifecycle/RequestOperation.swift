@@ -32,6 +32,10 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
     var progressWatchers: ProgressWatchers?
     /// The result observers of the queue that runs the operation (see `observeResults`), set when it is added.
     var resultObservers: QueueResultObservers?
+    /// Run once the completion handler has returned (``value`` waits with them); `nil` until one is added.
+    private var resultWaiters: [() -> Void]?
+    /// Whether the result waiters have been run, so a new one runs at once.
+    private var hasRunResultWaiters = false
 
     /// Creates an operation that maps every error with `mapError` and reports to `completion` on `completionQueue`.
     public init(
@@ -300,7 +304,22 @@ open class RequestOperation<Success, Failure: Error>: AsyncOperation, ProgressRe
         }
         releaseResources()
         finish()
-        withLock { progressWatchers.take() }?.finish()
+        let (watchers, waiters) = withLock {
+            hasRunResultWaiters = true
+            return (progressWatchers.take(), resultWaiters.take())
+        }
+        watchers?.finish()
+        waiters?.forEach { $0() }
+    }
+
+    /// Runs `body` once the completion handler has returned: at once if it has, else on the thread that ran it.
+    final func whenCompletionHasRun(_ body: @escaping () -> Void) {
+        let runNow: Bool = withLock {
+            guard !hasRunResultWaiters else { return true }
+            resultWaiters = (resultWaiters ?? []) + [body]
+            return false
+        }
+        if runNow { body() }
     }
 
     /// The result, in a box: code the compiler could not specialize passes one reference around, instead of looking up

@@ -21,7 +21,7 @@ final class ArticleExamplesTests: XCTestCase {
         XCTAssertEqual(stubs.requests.map(\.url.path), ["/users/7"])
     }
 
-    /// Every ```swift block of the DocC catalog is compiled by this target: it appears, character for character once
+    /// Every ```swift block of the DocC catalog and of the README is compiled by this target: it appears, character for character once
     /// its indentation is removed, between `// article-example-begin` and `// article-example-end` in one of this
     /// target's files. And every marked part is still shown by some article, so no example is kept here after it
     /// left the docs.
@@ -31,8 +31,12 @@ final class ArticleExamplesTests: XCTestCase {
         let catalog = folder.deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Sources/Requests/Requests.docc")
         var blocks: [(article: String, code: String)] = []
-        for article in try FileManager.default.contentsOfDirectory(atPath: catalog.path).sorted() where article.hasSuffix(".md") {
-            let text = try String(contentsOf: catalog.appendingPathComponent(article), encoding: .utf8)
+        let articles = try FileManager.default.contentsOfDirectory(atPath: catalog.path).sorted().filter { $0.hasSuffix(".md") }
+            .map { catalog.appendingPathComponent($0) } + [catalog.deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("README.md")]
+        for url in articles {
+            let article = url.lastPathComponent
+            let text = try String(contentsOf: url, encoding: .utf8)
             for block in text.components(separatedBy: "```swift\n").dropFirst() {
                 blocks.append((article, block.components(separatedBy: "```").first ?? ""))
             }
@@ -45,7 +49,8 @@ final class ArticleExamplesTests: XCTestCase {
                 examples.append((file, Self.dedented(body)))
             }
         }
-        XCTAssertGreaterThanOrEqual(Set(blocks.map(\.article)).count, 9, "the articles with code were not found")
+        XCTAssertGreaterThanOrEqual(Set(blocks.map(\.article)).count, 11, "the articles with code were not found")
+        XCTAssertTrue(blocks.contains { $0.article == "README.md" }, "the README's code was not found")
         XCTAssertGreaterThanOrEqual(blocks.count, 14)
 
         // Then each block is one of the marked parts, and each marked part is one of the blocks

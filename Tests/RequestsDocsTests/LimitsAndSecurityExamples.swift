@@ -7,11 +7,9 @@ import Requests
 
 func limitsUsage(queue: OperationQueue) {
     // article-example-begin
-    queue.requestPolicies = RequestPolicies(
-        limits: TransferLimits(maximumBodySize: 8 << 20, deadline: 30),   // nil anywhere = no limit
-        redirectPolicy: .sameOrigin,
-        sensitiveHeaders: ["X-Api-Key"]
-    )
+    queue.requestPolicies.limits = TransferLimits(maximumBodySize: 8 << 20, deadline: 30)   // nil anywhere = no limit
+    queue.requestPolicies.redirectPolicy = .sameOrigin
+    queue.requestPolicies.sensitiveHeaders.append("X-Api-Key")
 
     struct Export: DownloadRequest, EndpointRequest {
         var endpoint: Endpoint { api.get("export") }

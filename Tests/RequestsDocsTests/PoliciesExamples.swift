@@ -13,14 +13,12 @@ func policiesUsage(queue: OperationQueue) {
     let tokens = TokenAuthenticator(token: keychain.token) { rejected, completion in
         auth.refresh(rejected, completion: completion)           // your call; runs once for all waiting requests
     }
-    queue.requestPolicies = RequestPolicies(
-        adapters: [.setHeader("application/json", for: "Accept")],
-        preconditions: [RequestPrecondition { _ in if offline { throw AppError.offline } }],
-        validations: [.contentTypeMatchesAccept],
-        retryPolicy: .default,
-        authenticator: tokens,
-        monitors: [RequestLogger(redaction: Redaction(queryItems: ["api_key"]))]
-    )
+    queue.requestPolicies.adapters.append(.setHeader("application/json", for: "Accept"))
+    queue.requestPolicies.preconditions.append(RequestPrecondition { _ in if offline { throw AppError.offline } })
+    queue.requestPolicies.validations.append(.contentTypeMatchesAccept)
+    queue.requestPolicies.retryPolicy = .default
+    queue.requestPolicies.authenticator = tokens
+    queue.requestPolicies.monitors.append(RequestLogger(redaction: Redaction(queryItems: ["api_key"])))
 
     struct LoginRequest: DecodableRequest, EndpointRequest {
         typealias Success = Token

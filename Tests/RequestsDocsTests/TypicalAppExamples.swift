@@ -58,7 +58,48 @@ func typicalApp(blog: Endpoint, queue: OperationQueue) async throws -> TypicalAp
     return TypicalAppResults(posts: posts, shown: shown, file: file, created: created, cached: cached)
 }
 
+/// The README's quick start, as shown there, against `blog`; returns the main-queue step.
+func readmeQuickStart(blog: Endpoint, queue: OperationQueue) async throws -> Operation {
+    // article-example-begin
+    let posts = try await queue.response(for: blog.get("posts"), as: [Post].self)
+    print(posts.map(\.title))
+    // article-example-end
+    // article-example-begin
+    let list = queue.addRequest(blog.get("posts"), as: [Post].self)
+    let first = queue.addRequest(after: list) { blog.get("posts/\($0[0].id)").decoding(Post.self) }
+    list.whenFinished(with: first) { _, post in
+        print("First post:", (try? post.get())?.title ?? "none")      // on OperationQueue.main, after both
+    }
+    // article-example-end
+    return first
+}
+
 final class TypicalAppTests: XCTestCase {
+    func testTheReadmeQuickStartRunsAsShown() throws {
+        // Given a server with the posts
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/posts") { _ in .json(#"[{"id":1,"title":"Hello"},{"id":2,"title":"World"}]"#) }
+        server.route("/posts/1") { _ in .json(#"{"id":1,"title":"Hello"}"#) }
+        let done = expectation(description: "the quick start")
+        let outcome = Outcome<Operation>()
+        // When the quick start runs
+        Task {
+            do {
+                outcome.result = .success(try await readmeQuickStart(blog: Endpoint(server.baseURL.absoluteString), queue: OperationQueue()))
+            } catch {
+                outcome.result = .failure(error)
+            }
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 60)
+        // Then both requests ran, the chained one after the list
+        let first = try XCTUnwrap(outcome.result).get()
+        first.waitUntilFinished()
+        XCTAssertEqual(server.requestCount(path: "/posts"), 2)
+        XCTAssertEqual(server.requestCount(path: "/posts/1"), 1)
+    }
+
     func testTheSixTasksRunAsShown() throws {
         // Given a server with the endpoints the tasks use
         let server = try LoopbackServer()
@@ -80,7 +121,7 @@ final class TypicalAppTests: XCTestCase {
         server.stream("/events") { _ in .events(["data: one", "data: two"]) }
         let queue = OperationQueue()
         let done = expectation(description: "the six tasks")
-        let outcome = Outcome()
+        let outcome = Outcome<TypicalAppResults>()
 
         // When the tasks run as the article shows them
         Task {
@@ -123,10 +164,10 @@ private final class Counter: @unchecked Sendable {
 }
 
 /// The tasks' outcome, handed from the Task to the test.
-private final class Outcome: @unchecked Sendable {
+private final class Outcome<Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var stored: Result<TypicalAppResults, Error>?
-    var result: Result<TypicalAppResults, Error>? {
+    private var stored: Result<Value, Error>?
+    var result: Result<Value, Error>? {
         get { lock.withLock { stored } }
         set { lock.withLock { stored = newValue } }
     }

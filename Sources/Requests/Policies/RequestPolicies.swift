@@ -110,13 +110,14 @@ extension OperationQueue {
     /// They are held for the queue by Requests, and released the next time any queue's policies are set after
     /// this queue is freed; assign `RequestPolicies()` before dropping a queue to release them at once.
     ///
+    /// Set one policy at a time, so that none erases another; assigning a whole `RequestPolicies(…)` replaces every
+    /// policy set before. Each line is a read, a change and a write of the queue's policies: set them before the queue
+    /// is shared, not from two threads at once.
+    ///
     /// ```swift
-    /// queue.requestPolicies = RequestPolicies(
-    ///     adapters: [.setHeader("application/json", for: "Accept")],
-    ///     retryPolicy: .default,
-    ///     authenticator: tokens,
-    ///     monitors: [RequestLogger()]
-    /// )
+    /// queue.requestPolicies.retryPolicy = .default
+    /// queue.requestPolicies.authenticator = tokens
+    /// queue.requestPolicies.monitors.append(RequestLogger())
     /// ```
     public var requestPolicies: RequestPolicies {
         get { QueuePolicyTable.shared.policies(for: self).policies }

@@ -41,3 +41,23 @@ func customRetryUsage(queue: OperationQueue) {
     }
     // article-example-end
 }
+
+func signature(of request: URLRequest) -> String { "signed" }
+
+func retryAndAdapterUsage(queue: OperationQueue) {
+    // article-example-begin
+    queue.requestPolicies.retryPolicy = RetryPolicy(retryableMethods: RetryPolicy.defaultRetryableMethods.union([.post]))
+    // article-example-end
+    // article-example-begin
+    queue.requestPolicies.adapters.append(RequestAdapter { request, completion in
+        var signed = request
+        signed.setValue(signature(of: request), forHTTPHeaderField: "X-Signature")   // your code
+        completion(.success(signed))
+    })
+    queue.requestPolicies.adapters.append(.map { request in
+        var request = request
+        request.setValue(Locale.current.identifier, forHTTPHeaderField: "Accept-Language")
+        return request
+    })
+    // article-example-end
+}

@@ -116,7 +116,7 @@ final class TypicalAppTests: XCTestCase {
             return posts.next() == 1 ? LoopbackResponse(status: 500) : .json(#"{"id":3,"title":"Hi"}"#, status: 201)
         }
         server.route("/posts/1") { _ in .json(#"{"id":1,"title":"Hello"}"#) }
-        let video = Data((0..<(20 << 20)).lazy.map { UInt8(truncatingIfNeeded: $0) })
+        let video = Data(repeating: 0x5A, count: 20 << 20) + Data("end".utf8)
         server.route("/video") { _ in LoopbackResponse(headers: ["Content-Type": "video/mp4"], body: video) }
         server.stream("/events") { _ in .events(["data: one", "data: two"]) }
         let queue = OperationQueue()

@@ -75,6 +75,19 @@ func readmeQuickStart(blog: Endpoint, queue: OperationQueue) async throws -> Ope
 }
 
 final class TypicalAppTests: XCTestCase {
+    /// The article's title and closing count say how many lines its code takes; they must stay true.
+    func testTheArticleCountsItsLinesRight() throws {
+        let article = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/Requests/Requests.docc/TypicalApp.md")
+        let text = try String(contentsOf: article, encoding: .utf8)
+        let code = text.components(separatedBy: "```swift\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }
+        let lines = code.flatMap { $0.components(separatedBy: "\n") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("//") }
+        XCTAssertEqual(lines.count, 18)
+        XCTAssertTrue(text.hasPrefix("# A typical app in eighteen lines"))
+        XCTAssertTrue(text.contains("Here they take 18: 4 for the setup, 14 for the"))
+    }
+
     func testTheReadmeQuickStartRunsAsShown() throws {
         // Given a server with the posts
         let server = try LoopbackServer()

@@ -53,4 +53,15 @@ final class ReadmeExampleSwift5Tests: XCTestCase {
         XCTAssertNil(queue.requestCurrentlyExecuting(RecipeRequest(recipeId: "4")))
         XCTAssertEqual(server.requestCount(path: "/json"), 4)
     }
+
+    func testTheShortFormsCompileAndRunInSwift5Mode() async throws {
+        struct Recipe: Decodable { let name: String }
+        server.route("/short-form") { _ in .json(#"{"name":"Pancakes"}"#) }
+        let api = Endpoint(server.baseURL.absoluteString)
+        let queue = OperationQueue()
+        let recipe = try await queue.response(for: api.get("short-form"), as: Recipe.self)
+        let operation = queue.addRequest(api.get("short-form").decoding(Recipe.self))
+        let again = try await operation.value
+        XCTAssertEqual([recipe.name, again.name], ["Pancakes", "Pancakes"])
+    }
 }

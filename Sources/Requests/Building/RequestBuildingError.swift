@@ -20,13 +20,13 @@ public enum RequestBuildingError: Error, Equatable, CustomStringConvertible {
     /// The request's URL is not http or https (libcurl would speak FTP, for one); nothing was sent.
     case unsupportedScheme(String)
 
-    /// Names the problem and the offending input.
+    /// Names the problem and the offending input; a URL or path without user, password, query or fragment.
     public var description: String {
         switch self {
         case let .invalidBaseURL(text):
-            return "The base URL \(text.debugDescription) is not an absolute http(s) URL."
+            return "The base URL \(ErrorText.quoted(ErrorText.url(text))) is not an absolute http(s) URL."
         case let .invalidPath(path):
-            return "The path \(path.debugDescription) cannot be part of a URL."
+            return "The path \(ErrorText.path(path)) cannot be part of a URL."
         case let .invalidMethod(method):
             return "The HTTP method \(method.debugDescription) is not a valid method token."
         case let .invalidHeader(name):
@@ -34,7 +34,7 @@ public enum RequestBuildingError: Error, Equatable, CustomStringConvertible {
         case let .unreadableFile(url):
             return "The file \(url.path) does not exist or cannot be read."
         case let .unsupportedScheme(url):
-            return "The URL \(url.debugDescription) is not an http or https URL."
+            return "The URL \(ErrorText.quoted(ErrorText.url(url))) is not an http or https URL."
         }
     }
 }

@@ -209,10 +209,10 @@ public enum ResponseCacheError: Error, Equatable, CustomStringConvertible {
     /// ``CacheUse/onlyIfCached`` found nothing stored for the request.
     case notCached(URL?)
 
-    /// Names the URL.
+    /// Names the URL, without user, password, query or fragment.
     public var description: String {
         switch self {
-        case let .notCached(url): return "Nothing is stored in the response cache for \(url?.absoluteString ?? "the request")."
+        case let .notCached(url): return "Nothing is stored in the response cache for \(url.map { ErrorText.url($0) } ?? "the request")."
         }
     }
 }

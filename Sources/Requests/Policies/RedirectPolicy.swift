@@ -66,11 +66,11 @@ public enum RedirectError: Error, Equatable, CustomStringConvertible {
     /// `URLError.httpTooManyRedirects` is reported as this too.
     case tooManyRedirects(limit: Int)
 
-    /// Names the problem.
+    /// Names the problem; a URL without user, password, query or fragment.
     public var description: String {
         switch self {
         case let .unsupportedScheme(location):
-            return "The server redirected to \(location.debugDescription), which is not an http or https URL."
+            return "The server redirected to \(ErrorText.quoted(ErrorText.url(location))), which is not an http or https URL."
         case let .tooManyRedirects(limit):
             return "The server redirected more than \(limit) times."
         }

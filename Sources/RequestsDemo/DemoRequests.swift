@@ -179,3 +179,37 @@ struct ReconnectionPrinter: RequestEventMonitor {
         print("reconnecting with Last-Event-ID: \(attempt.urlRequest.value(forHTTPHeaderField: "Last-Event-ID") ?? "none")")
     }
 }
+
+/// What a queue's monitor saw, by request identifier: the attempts sent and how each request ended. The demo's checks
+/// read it, so that they hold against any server (`--url`), not only one that counts its requests.
+final class AttemptLog: RequestEventMonitor, @unchecked Sendable {
+    private let lock = NSLock()
+    private var sent: [String: Int] = [:]
+    private var finished: [String: [RequestSummary]] = [:]
+
+    func requestWillSend(_ attempt: RequestAttempt) {
+        lock.lock()
+        sent[attempt.identifier, default: 0] += 1
+        lock.unlock()
+    }
+
+    func requestDidFinish(_ summary: RequestSummary) {
+        lock.lock()
+        finished[summary.identifier, default: []].append(summary)
+        lock.unlock()
+    }
+
+    /// The attempts sent for requests with this identifier, in all.
+    func attemptsSent(_ identifier: String) -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return sent[identifier] ?? 0
+    }
+
+    /// How each request with this identifier ended, in the order they finished.
+    func summaries(_ identifier: String) -> [RequestSummary] {
+        lock.lock()
+        defer { lock.unlock() }
+        return finished[identifier] ?? []
+    }
+}

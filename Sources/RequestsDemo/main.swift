@@ -66,6 +66,12 @@ let session: URLSession = {
 }()
 let queue = OperationQueue()
 queue.maxConcurrentOperationCount = 8
+/// What the queue's monitor saw: the checks count attempts here, whatever the server.
+let attemptLog = AttemptLog()
+queue.requestPolicies = RequestPolicies(monitors: [attemptLog])
+/// Set on the main queue only, so that a step can tell that it runs there.
+let mainQueueKey = DispatchSpecificKey<Bool>()
+DispatchQueue.main.setSpecific(key: mainQueueKey, value: true)
 
 /// Runs the main run loop (which `OperationQueue.main` needs in a command-line tool) until `done` holds.
 func runUntil(timeout: TimeInterval = 30, _ done: () -> Bool) {
@@ -97,7 +103,11 @@ do {
     let token = queue.addRequest(LoginRequest(user: "ada"), session: session)
     let profile = queue.addRequest(after: token, session: session) { ProfileRequest(token: $0.token) }
     var uiText: String?
+    var ranOnMainQueue = false
+    var bothHadFinished = false
     profile.whenFinished { result in  // runs on OperationQueue.main
+        ranOnMainQueue = Thread.isMainThread && DispatchQueue.getSpecific(key: mainQueueKey) == true
+        bothHadFinished = token.isFinished && profile.isFinished
         switch result {
         case let .success(profile): uiText = "Hello, \(profile.name)! You have \(profile.recipes) recipes."
         case let .failure(error): uiText = "Could not load the profile: \(describe(error))"
@@ -107,7 +117,10 @@ do {
     say("  login    → token \((try? token.result?.get())?.token ?? "none")")
     say("  profile  → built from the token, sent with Authorization: Bearer …")
     say("  UI (main)→ \(uiText ?? "timed out")")
-    check((try? profile.result?.get())?.name == "Ada Lovelace", "the UI step ran on the main queue after both requests")
+    say("  the UI step ran on the main thread and queue: \(ranOnMainQueue); login and profile had finished: \(bothHadFinished)")
+    check(
+        ranOnMainQueue && bothHadFinished && (try? token.result?.get()) != nil && (try? profile.result?.get())?.name == "Ada Lovelace",
+        "the UI step ran on the main queue after both requests")
 }
 
 // 2. a batch of 50 with a live progress bar
@@ -130,7 +143,7 @@ do {
     let results = (try? batch.result?.get()) ?? []
     let names = results.compactMap { try? $0.get().name }
     say("  results in input order: \(names.prefix(3).joined(separator: ", ")) … \(names.last ?? "")")
-    check(names.count == 50 && names.first == "Recipe 1" && names.last == "Recipe 50", "50 results, in input order")
+    check(results.count == 50 && names == (1...50).map { "Recipe \($0)" }, "50 results, in input order")
 }
 
 // 3. cancellation: completes at once, without waiting for the server
@@ -138,16 +151,26 @@ section("3. Cancellation")
 do {
     let started = Date()
     var outcome: String?
-    let slow = queue.addRequest(PathRequest(path: "/delay/10000"), session: session) { result in
-        if case let .failure(error) = result { outcome = describe(error) } else { outcome = "succeeded" }
+    var completions = 0
+    var wasCancellation = false
+    let slow = queue.addRequest(PathRequest(path: "/delay/10000"), session: session, completionQueue: .main) { result in
+        completions += 1
+        if case let .failure(error) = result {
+            outcome = describe(error)
+            if case .cancelled? = error as? RequestQueueError { wasCancellation = true }
+        } else {
+            outcome = "succeeded"
+        }
     }
     runUntil(timeout: 0.3) { false }
     slow.cancel()
-    runUntil { outcome != nil }
+    runUntil { outcome != nil && slow.isFinished }
     let elapsed = Date().timeIntervalSince(started)
     say("  a request the server holds for 10 s, cancelled after 0.3 s")
-    say("  completion after \(String(format: "%.2f", elapsed)) s: \(outcome ?? "none")")
-    check(elapsed < 5 && (outcome?.contains("cancelled") ?? false), "completed once, with cancellation, without waiting for the server")
+    say("  completion after \(String(format: "%.2f", elapsed)) s: \(outcome ?? "none"); completions: \(completions)")
+    check(
+        elapsed < 5 && completions == 1 && wasCancellation && slow.isFinished,
+        "completed once, with cancellation, without waiting for the server")
 }
 
 // 4. a 404 with the server's error payload decoded
@@ -173,8 +196,10 @@ do {
     runUntil { callers.allSatisfy(\.isFinished) }
     let succeeded = callers.filter { (try? $0.result?.get()) != nil }.count
     let sent = embeddedServer?.requestCount(path: "/demo/recipe")
-    say("  20 callers, \(succeeded) results" + (sent.map { "; the server has seen \($0) /demo/recipe requests in all (50 from the batch + 1)" } ?? ""))
-    check(succeeded == 20 && (sent == nil || sent == 51), "20 callers shared one network call")
+    let attempts = attemptLog.attemptsSent("recipe-shared")
+    say("  20 callers, \(succeeded) results; the queue's monitor saw \(attempts) request(s) sent")
+    if let sent { say("  the server has seen \(sent) /demo/recipe requests in all (50 from the batch + 1)") }
+    check(succeeded == 20 && attempts == 1 && (sent == nil || sent == 51), "20 callers shared one network call")
 }
 
 // 6. async/await, still an operation of the queue
@@ -195,21 +220,32 @@ do {
         }
     }
     runUntil { outcome.text != nil }
+    // The queue's monitor sees only what the queue runs, with its policies.
+    let attempts = attemptLog.attemptsSent("recipe-async")
     say("  let recipe = try await queue.response(for: RecipeRequest(id: \"async\")) → \(outcome.text ?? "none")")
-    check(outcome.text == "Recipe async", "awaited a request that ran as an operation of the queue")
+    say("  the queue's monitor saw it sent \(attempts) time(s)")
+    check(outcome.text == "Recipe async" && attempts == 1, "awaited a request that ran as an operation of the queue")
 }
 
 // 7. a 503 with Retry-After, retried inside the same operation
 section("7. A 503 that is retried")
 do {
     let started = Date()
-    let busy = queue.addRequest(BusyRecipeRequest(), session: session)
-    runUntil { busy.isFinished }
+    var completions = 0
+    var delivered: Recipe?
+    let busy = queue.addRequest(BusyRecipeRequest(), session: session, completionQueue: .main) { result in
+        completions += 1
+        delivered = try? result.get()
+    }
+    runUntil { busy.isFinished && completions > 0 }
     let elapsed = Date().timeIntervalSince(started)
-    let attempts = embeddedServer?.requestCount(path: "/demo/busy")
+    let attempts = attemptLog.attemptsSent("busy")
+    let received = embeddedServer?.requestCount(path: "/demo/busy")
     say("  first answer: 503 with Retry-After: 1; the policy waits, then sends again")
-    say("  result after \(String(format: "%.1f", elapsed)) s" + (attempts.map { " and \($0) attempts" } ?? "") + ": \((try? busy.result?.get())?.name ?? "failed")")
-    check((try? busy.result?.get()) != nil && (attempts == nil || attempts == 2), "one operation, one completion, two attempts")
+    say("  result after \(String(format: "%.1f", elapsed)) s and \(attempts) attempts: \(delivered?.name ?? "failed"); completions: \(completions)")
+    check(
+        delivered != nil && (try? busy.result?.get()) != nil && completions == 1 && attempts == 2 && (received == nil || received == 2),
+        "one operation, one completion, two attempts")
 }
 
 // 8. policies: an expired token refreshed once for five concurrent requests, and a redacted log
@@ -233,17 +269,23 @@ do {
         }.resume()
     }
     let lines = LogLines()
+    let vaultLog = AttemptLog()
     let policyQueue = OperationQueue()
     policyQueue.requestPolicies = RequestPolicies(
         authenticator: tokens,
-        monitors: [RequestLogger(redaction: Redaction(queryItems: ["api_key"]), write: lines.append)]
+        monitors: [RequestLogger(redaction: Redaction(queryItems: ["api_key"]), write: lines.append), vaultLog]
     )
     let vault = (1...5).map { _ in policyQueue.addRequest(VaultRequest(), session: session) }
-    runUntil { vault.allSatisfy(\.isFinished) }
+    runUntil { vault.allSatisfy(\.isFinished) && vaultLog.summaries("vault").count == 5 }
     lines.values.forEach { say("  " + $0) }
     let succeeded = vault.filter { (try? $0.result?.get()) != nil }.count
-    say("  5 requests sent with an expired token; refreshes: \(refreshes.count); succeeded: \(succeeded)")
-    check(refreshes.count == 1 && succeeded == 5, "one refresh for all five, each request resent at most once, secrets redacted")
+    let attempts = vaultLog.summaries("vault").map(\.attempts)
+    say("  5 requests sent with an expired token; refreshes: \(refreshes.count); succeeded: \(succeeded); attempts: \(attempts)")
+    // The log shows each request once, with the API key redacted and no token.
+    let redacted = lines.values.count == 5 && lines.values.allSatisfy { $0.contains("api_key=<redacted>") && !$0.contains("demo-secret") && !$0.contains("Bearer") }
+    check(
+        refreshes.count == 1 && succeeded == 5 && attempts.count == 5 && attempts.allSatisfy { $0 <= 2 } && redacted,
+        "one refresh for all five, each request resent at most once, secrets redacted")
 }
 
 // 9. a download to a file with a live progress bar
@@ -253,6 +295,7 @@ do {
     defer { try? FileManager.default.removeItem(at: destination) }
     let download = queue.addRequest(DemoDownload(destination: destination), session: session)
     var lastDrawn = -1
+    var partialCounts = Set<Int64>()  // the byte counts seen before the end
     func draw(_ fraction: Double) {
         let width = 30
         let filled = Int(fraction * Double(width))
@@ -261,21 +304,32 @@ do {
     runUntil {
         let percent = Int(download.progress.fractionCompleted * 100)
         if percent != lastDrawn { draw(download.progress.fractionCompleted); lastDrawn = percent }
+        let done = download.progress.completedUnitCount
+        if done > 0 && done < 8_000_000 { partialCounts.insert(done) }
         return download.isFinished
     }
     draw(download.progress.fractionCompleted)
     say("")
-    let size = ((try? FileManager.default.attributesOfItem(atPath: destination.path))?[.size] as? NSNumber)?.intValue ?? 0
-    say("  8 MB written to \(destination.lastPathComponent) as it arrived; progress \(download.progress.completedUnitCount) of \(download.progress.totalUnitCount) bytes")
-    check((try? download.result?.get()) == destination && size == 8_000_000, "the file holds every byte, and the progress moved with them")
+    // The server's byte i is i % 256: the file must hold exactly those bytes.
+    let bytes = (try? Data(contentsOf: destination)) ?? Data()
+    let intact = bytes.count == 8_000_000 && bytes.withUnsafeBytes { raw in raw.indices.allSatisfy { raw[$0] == UInt8(truncatingIfNeeded: $0) } }
+    let progress = download.progress
+    say("  8 MB written to \(destination.lastPathComponent) as it arrived; progress \(progress.completedUnitCount) of \(progress.totalUnitCount) bytes")
+    say("  \(bytes.count) bytes on disk, each as sent: \(intact); progress seen at \(partialCounts.count) byte counts on the way")
+    check(
+        (try? download.result?.get()) == destination && intact && progress.completedUnitCount == 8_000_000
+            && progress.totalUnitCount == 8_000_000 && !partialCounts.isEmpty,
+        "the file holds every byte, and the progress moved with them")
 }
 
 // 10. server-sent events with a live ticker, and one reconnection with Last-Event-ID
 section("10. Server-sent events: a live ticker that reconnects")
 do {
     let tickerQueue = OperationQueue()
+    let reconnections = LogLines()
     tickerQueue.requestPolicies = RequestPolicies(monitors: [
         ReconnectionPrinter { line in
+            reconnections.append(line)
             DispatchQueue.main.async { say("\r  ↻ " + line + String(repeating: " ", count: 12)) }
         }
     ])
@@ -294,7 +348,8 @@ do {
     let summary = try? outcome?.get()
     say("  events \(ids.joined(separator: " ")) over \(summary?.connections ?? 0) connections")
     check(
-        ids == (1...10).map(String.init) && summary?.connections == 2,
+        ids == (1...10).map(String.init) && summary?.connections == 2
+            && reconnections.values.contains("reconnecting with Last-Event-ID: 5"),
         "every event once, in order, across a dropped connection resumed from its Last-Event-ID")
 }
 

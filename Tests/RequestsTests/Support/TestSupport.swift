@@ -26,6 +26,13 @@ enum TestServer {
     }
 }
 
+/// Prints a line of a long test's progress and flushes it at once. When the output is a pipe or a file (CI, `| tee`),
+/// `print` fills a buffer block by block: without the flush a line would show only when the test ends, or later.
+func reportProgress(_ line: String) {
+    print(line)
+    fflush(nil)  // Every output stream: Swift 6 refuses the global `stdout`.
+}
+
 /// A session that shares nothing with other tests and caches nothing.
 let testSession: URLSession = {
     let configuration = URLSessionConfiguration.ephemeral

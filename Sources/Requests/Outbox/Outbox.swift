@@ -38,6 +38,7 @@ public final class Outbox: @unchecked Sendable {
     var lanes = OutboxLanes()
     var running = 0
     var isClosed = false
+    var suspended: Bool
     /// No connectivity: only `probe` is sent, after its backoff, until an attempt gets an answer.
     var isOffline = false
     var probe: UInt64?
@@ -62,6 +63,7 @@ public final class Outbox: @unchecked Sendable {
         self.queue = queue
         self.session = session
         self.options = options
+        suspended = options.startsSuspended
         var types: [String: any OutboxRequest.Type] = [:]
         for type in requestTypes { types[type.outboxName] = type }
         self.types = types
@@ -148,6 +150,19 @@ public final class Outbox: @unchecked Sendable {
         }
         starts.forEach(start)
         return stored
+    }
+
+    /// Whether the outbox starts no attempt (attempts in flight go on); entries are still stored by
+    /// ``enqueue(_:lane:expiresAt:)``. Setting it to `false` starts sending.
+    public var isSuspended: Bool {
+        get { lock.withLock { suspended } }
+        set {
+            let starts: [UInt64] = lock.withLock {
+                suspended = newValue
+                return schedule()
+            }
+            starts.forEach(start)
+        }
     }
 
     /// Entries waiting to be sent (not the parked ones).

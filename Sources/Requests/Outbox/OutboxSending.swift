@@ -9,7 +9,7 @@ extension Outbox {
     /// The entries to start now, marked running. Call with the lock held; start them after releasing it.
     func schedule() -> [UInt64] {
         var starts: [UInt64] = []
-        while !isClosed, !isOffline, running < max(1, options.maximumConcurrentEntries), let id = lanes.nextReady() {
+        while !isClosed, !suspended, !isOffline, running < max(1, options.maximumConcurrentEntries), let id = lanes.nextReady() {
             running += 1
             starts.append(id)
         }
@@ -133,7 +133,7 @@ extension Outbox {
     private func wake(_ id: UInt64, generation wake: Int) {
         let starts: [UInt64] = lock.withLock {
             guard !isClosed, lanes[id]?.phase == .backoff(generation: wake) else { return [] }
-            if isOffline, probe == id {
+            if isOffline, probe == id, !suspended {
                 lanes[id]?.phase = .running
                 running += 1
                 return [id]

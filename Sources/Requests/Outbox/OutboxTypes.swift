@@ -144,6 +144,10 @@ public struct OutboxOptions: Sendable {
     /// date. Default: `nil`, kept until sent.
     public var expiresAfter: TimeInterval?
 
+    /// Whether the outbox opens suspended (see ``Outbox/isSuspended``), so that a reader of ``Outbox/changes``
+    /// can subscribe before the resumed entries are sent. Default: `false`.
+    public var startsSuspended = false
+
     /// The defaults.
     public init() {}
 }

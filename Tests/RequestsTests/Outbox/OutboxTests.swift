@@ -15,10 +15,13 @@ final class OutboxTests: XCTestCase {
         super.tearDown()
     }
 
-    private func open(_ folder: URL, queue: OperationQueue = OperationQueue(), types: [any OutboxRequest.Type] = [PostNote.self])
-        throws -> Outbox
-    {
-        try Outbox(directory: folder, queue: queue, session: testSession, requestTypes: types, options: testOutboxOptions)
+    private func open(
+        _ folder: URL, queue: OperationQueue = OperationQueue(), types: [any OutboxRequest.Type] = [PostNote.self],
+        suspended: Bool = false
+    ) throws -> Outbox {
+        var options = testOutboxOptions
+        options.startsSuspended = suspended
+        return try Outbox(directory: folder, queue: queue, session: testSession, requestTypes: types, options: options)
     }
 
     /// A path whose requests are recorded, answered with `statuses` in turn, then 201.
@@ -130,10 +133,11 @@ final class OutboxTests: XCTestCase {
         first = nil
         XCTAssertEqual(received.keys, [], "nothing was sent by the first outbox")
 
-        let second = try open(folder)
+        let second = try open(folder, suspended: true)
         XCTAssertEqual(second.openingReport.pending, 3)
         let changes = ChangeRecorder(second)
         let done = changes.expectation("all sent") { $0.pendingCount == 0 && $0.kind.isSent }
+        second.isSuspended = false
         wait(for: [done], timeout: 20)
         XCTAssertEqual(received.keys, entries.map { "\"\($0.idempotencyKey)\"" })
         XCTAssertEqual(received.texts, ["n0", "n1", "n2"])
@@ -146,9 +150,11 @@ final class OutboxTests: XCTestCase {
         let first = try open(folder, queue: stopped)
         try first.enqueue(PostNote(path: "outbox/unknown", text: "x"))
         first.close()
-        let reopened = try open(folder, types: [Unencodable.self])
+        let reopened = try open(folder, types: [Unencodable.self], suspended: true)
         let changes = ChangeRecorder(reopened)
         let parked = changes.expectation("parked") { $0.kind == .parked }
+        XCTAssertEqual(reopened.pendingCount, 1)
+        reopened.isSuspended = false
         wait(for: [parked], timeout: 20)
         XCTAssertEqual(reopened.deadLetters.first?.deadLetter?.reason, .cannotDecode(requestType: "PostNote"))
     }

@@ -20,7 +20,7 @@ import Foundation
 /// - ``changes`` reports what happens, with the pending count after each change.
 ///
 /// The folder is locked while the outbox is open: a second outbox on it, in this process or another, fails with
-/// ``OutboxError/folderInUse(_:)``. Files are readable only by the user. See <doc:Outbox>.
+/// ``OutboxError/folderInUse(_:)``. Files are readable only by the user. See <doc:DurableOutbox>.
 public final class Outbox: @unchecked Sendable {
     /// The folder the journal is in.
     public let directory: URL
@@ -48,9 +48,13 @@ public final class Outbox: @unchecked Sendable {
     /// Opens the outbox in `directory` (created if needed, `0700`), resumes the entries stored there, and starts
     /// sending them as operations of `queue` on `session`.
     ///
-    /// - Parameter requestTypes: every type that may be enqueued, and found stored, by its
-    ///   ``OutboxRequest/outboxName``. A stored entry whose type is not here is parked with
-    ///   ``OutboxDeadLetter/Reason/cannotDecode(requestType:)``.
+    /// - Parameters:
+    ///   - directory: a folder for this outbox alone.
+    ///   - queue: the queue each attempt is an operation of, with its policies.
+    ///   - session: the session attempts are sent with.
+    ///   - requestTypes: every type that may be enqueued, and found stored, by its ``OutboxRequest/outboxName``. A
+    ///     stored entry whose type is not here is parked with ``OutboxDeadLetter/Reason/cannotDecode(requestType:)``.
+    ///   - options: concurrency, backoff, expiry.
     /// - Throws: ``OutboxError``: the folder is in use by another outbox, or cannot be used.
     public init(
         directory: URL,
@@ -100,6 +104,7 @@ public final class Outbox: @unchecked Sendable {
     /// enqueues at the same time).
     ///
     /// - Parameters:
+    ///   - request: the request, stored as its JSON.
     ///   - lane: entries with the same lane are sent one at a time, in enqueue order; `nil`: no order.
     ///   - expiresAt: the entry is dropped unsent after this date (default: ``OutboxOptions/expiresAfter`` from
     ///     now, or never).

@@ -1,0 +1,52 @@
+// swift-format-ignore-file
+// Kept out of swift-format: the marked parts of this file are the ```swift blocks of Outbox.md, character for
+// character (ArticleExamplesTests checks it).
+
+import Foundation
+import Requests
+
+// article-example-begin
+struct FieldReport: Codable, Sendable {
+    var site: String
+    var notes: String
+}
+
+struct SubmitReport: OutboxRequest, EndpointRequest, NoContentRequest {
+    var report: FieldReport
+    var endpoint: Endpoint { api.post("reports", body: .json(report)) }
+}
+// article-example-end
+
+/// A label, as in a UI.
+final class SyncLabel: @unchecked Sendable { var text = "" }
+let syncLabel = SyncLabel()
+
+func outboxUsage(report: FieldReport) throws {
+    // article-example-begin
+    let folder = appSupport.appendingPathComponent("Outbox", isDirectory: true)
+    let outbox = try Outbox(directory: folder, queue: OperationQueue(), requestTypes: [SubmitReport.self])
+
+    let entry = try outbox.enqueue(SubmitReport(report: report), lane: "reports")
+    print("Saved; it will be sent with Idempotency-Key \(entry.idempotencyKey)")
+
+    Task {
+        for await change in outbox.changes {
+            syncLabel.text = change.pendingCount == 0 ? "All changes synced" : "\(change.pendingCount) changes waiting to sync"
+        }
+    }
+    // article-example-end
+}
+
+func outboxDeadLetters(outbox: Outbox) throws {
+    // article-example-begin
+    for letter in outbox.deadLetters {
+        let report = letter.request(as: SubmitReport.self)
+        print(report?.report.site ?? "?", letter.deadLetter?.reason as Any, letter.deadLetter?.response?.statusCode as Any)
+        if letter.deadLetter?.response?.statusCode == 409 {
+            try outbox.drop(letter.id)      // the server already has a newer one
+        } else {
+            try outbox.retry(letter.id)     // sent again, with the same key
+        }
+    }
+    // article-example-end
+}

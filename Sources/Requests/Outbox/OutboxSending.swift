@@ -72,7 +72,8 @@ extension Outbox {
             entry.deadLetter = letter
             // A failed write leaves the entry pending on disk: the next outbox on the folder sends it again.
             try? journal.update(id, payload: OutboxRecord.encode(entry))
-            let starts: [UInt64] = lock.withLock {
+            let starts: [UInt64]? = lock.withLock {
+                if lanes[id]?.dropRequested == true { return nil }
                 if probe == id { endOffline() }
                 let operation = lanes[id]?.settledOperation
                 lanes.park(id, letter)
@@ -80,10 +81,13 @@ extension Outbox {
                 operation.map(queue.addOperation)
                 return schedule()
             }
+            // drop(_:) arrived while the entry was being parked.
+            guard let starts else { return leave(id, .dropped(.byApp)) }
             starts.forEach(start)
         case let .verdict(.transient(retryAfter, offline, description)):
-            let starts: [UInt64] = lock.withLock {
+            let starts: [UInt64]? = lock.withLock {
                 guard !isClosed, lanes[id] != nil else { return [] }
+                if lanes[id]?.dropRequested == true { return nil }
                 let delay = min(max(retryAfter ?? backoff(afterAttempts: entry.attempts), 0), options.maxDelay)
                 if offline, probe == nil || probe == id {
                     if !isOffline { emit(.waitingForConnectivity, entry) }
@@ -98,6 +102,7 @@ extension Outbox {
                 callbacks.asyncAfter(deadline: .now() + delay) { [weak self] in self?.wake(id, generation: wake) }
                 return schedule()
             }
+            guard let starts else { return leave(id, .dropped(.byApp)) }
             starts.forEach(start)
         }
     }

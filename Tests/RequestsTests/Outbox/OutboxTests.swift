@@ -234,3 +234,50 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(monitor.sends, 2)
     }
 }
+
+/// Dropping and suspending while attempts are in flight.
+final class OutboxControlTests: XCTestCase {
+    private var server: LoopbackServer { TestServer.shared }
+
+    func testDroppingAnEntryInFlightCancelsItsAttemptAndRemovesIt() throws {
+        let path = "/outbox/hold-\(UUID().uuidString)"
+        let arrived = expectation(description: "request arrived")
+        let release = DispatchSemaphore(value: 0)
+        server.route(path) { _ in
+            arrived.fulfill()
+            _ = release.wait(timeout: .now() + 20)
+            return LoopbackResponse(status: 201)
+        }
+        defer { release.signal() }
+        let outbox = try Outbox(
+            directory: makeOutboxFolder(self), queue: OperationQueue(), session: testSession, requestTypes: [PostNote.self],
+            options: testOutboxOptions)
+        let changes = ChangeRecorder(outbox)
+        let dropped = changes.expectation("dropped") { $0.kind == .dropped(.byApp) }
+        let entry = try outbox.enqueue(PostNote(path: String(path.dropFirst()), text: "held"))
+        wait(for: [arrived], timeout: 20)
+        try outbox.drop(entry.id)
+        wait(for: [dropped], timeout: 20)
+        XCTAssertEqual(outbox.pendingCount, 0)
+        XCTAssertFalse(changes.all.contains { $0.kind.isSent || $0.kind == .parked })
+    }
+
+    func testASuspendedOutboxStoresButDoesNotSendUntilResumed() throws {
+        let path = "/outbox/suspended-\(UUID().uuidString)"
+        server.route(path) { _ in LoopbackResponse(status: 201) }
+        var options = testOutboxOptions
+        options.startsSuspended = true
+        let outbox = try Outbox(
+            directory: makeOutboxFolder(self), queue: OperationQueue(), session: testSession, requestTypes: [PostNote.self],
+            options: options)
+        let changes = ChangeRecorder(outbox)
+        try outbox.enqueue(PostNote(path: String(path.dropFirst()), text: "later"))
+        XCTAssertEqual(outbox.pendingCount, 1)
+        XCTAssertEqual(outbox.pendingEntries.first?.attempts, 0)
+        XCTAssertTrue(outbox.isSuspended)
+        let sent = changes.expectation("sent") { $0.kind.isSent }
+        outbox.isSuspended = false
+        wait(for: [sent], timeout: 20)
+        XCTAssertEqual(server.requestCount(path: path), 1)
+    }
+}

@@ -20,8 +20,9 @@ let package = Package(
         .executableTarget(name: "RequestsBenchmark", dependencies: ["Requests", "RequestsTestServer"]),
         .testTarget(name: "RequestsTests", dependencies: ["Requests", "RequestsTestServer"]),
         .testTarget(name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
-        // Compiles the code of the DocC articles (Sources/Requests/Requests.docc), verbatim.
-        .testTarget(name: "RequestsDocsTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
+        // Compiles the code of the DocC articles (Sources/Requests/Requests.docc) and the README, verbatim, and checks
+        // that every such block is compiled here or, for the testing article, in RequestsTestingTests.
+        .testTarget(name: "RequestsDocsTests", dependencies: ["Requests", "RequestsTestServer"]),
         // Proves that code written for the original library still compiles in Swift 5 language mode.
         .testTarget(
             name: "RequestsSwift5Tests",

@@ -15,18 +15,11 @@ struct Token: Decodable, Sendable { let token: String }
 struct Profile: Decodable, Sendable { let name: String }
 struct Product: Decodable, Sendable { let id: Int }
 struct Video: Decodable, Sendable { let id: String }
-struct User: Decodable, Sendable { let name: String }
 
 struct ProfileRequest: DecodableRequest, EndpointRequest {
     typealias Success = Profile
     let token: String
     var endpoint: Endpoint { api.get("profile", headers: ["Authorization": "Bearer \(token)"]) }
-}
-
-struct UserRequest: DecodableRequest, EndpointRequest {
-    typealias Success = User
-    let id: Int
-    var endpoint: Endpoint { Endpoint("https://api.example.com").get("users/\(id)") }
 }
 
 enum AppError: Error { case offline }

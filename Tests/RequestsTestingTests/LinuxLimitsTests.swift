@@ -5,7 +5,7 @@ import Foundation
 import RequestsTesting
 import XCTest
 
-/// Pins what a URLProtocol stub can and cannot do, as docs/testing.md describes. If Foundation changes,
+/// Pins what a URLProtocol stub can and cannot do, as TestingWithRequestsTesting.md describes. If Foundation changes,
 /// these fail and the docs need updating.
 final class LinuxLimitsTests: XCTestCase {
     func testTheBodyOfADataTaskIsRecordedAndMatchable() {

@@ -1,5 +1,6 @@
 // swift-format-ignore-file
-// Kept out of swift-format: part of this file must stay verbatim (README / docs/testing.md example).
+// Kept out of swift-format: each marked part of this file is a ```swift block of TestingWithRequestsTesting.md,
+// character for character (RequestsDocsTests' ArticleExamplesTests checks it).
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -9,7 +10,7 @@ import Requests
 import RequestsTestServer
 import XCTest
 
-// docs-loopback-begin
+// article-example-begin
 struct UploadAvatar: DecodableRequest {
     struct Receipt: Decodable, Sendable { let bytes: Int }
     typealias Success = Receipt
@@ -41,7 +42,7 @@ final class UploadAvatarTests: XCTestCase {
         XCTAssertEqual(server.requestCount(path: "/avatar"), 1)
     }
 }
-// docs-loopback-end
+// article-example-end
 
 /// Uploads and downloads, which URLProtocol stubs cannot test on Linux, against the loopback server.
 final class LoopbackServerTests: XCTestCase {
@@ -84,5 +85,30 @@ final class LoopbackServerTests: XCTestCase {
         wait(for: [done], timeout: 10)
         // Then the file holds them
         XCTAssertEqual(sizes.values, [100_000])
+    }
+
+    func testTheArticlesStreamReconnectsWithTheLastEventID() async throws {
+        // Given the article's stream, which drops after event 1 and resumes after the id the client sends
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // article-example-begin
+        server.stream("/feed") { request in
+            let after = request.headers["last-event-id"].flatMap(Int.init) ?? 0
+            return after == 0
+                ? .events(["retry: 50", "id: 1\ndata: one"], ending: .close)   // drops after event 1
+                : .events(["id: 2\ndata: two"])
+        }
+        // article-example-end
+        // When it is read as server-sent events
+        let session = URLSession(configuration: .ephemeral)
+        var received: [String] = []
+        let feed = Endpoint(server.url("/feed").absoluteString).serverSentEvents()
+        for try await event in OperationQueue().stream(for: feed, session: session) {
+            received.append(event.data)
+            if received.count == 2 { break }
+        }
+        // Then both events arrive, over two connections
+        XCTAssertEqual(received, ["one", "two"])
+        XCTAssertEqual(server.requestCount(path: "/feed"), 2)
     }
 }

@@ -1,5 +1,5 @@
 // swift-format-ignore-file
-// Kept out of swift-format: part of this file must stay verbatim (README / docs/testing.md example).
+// Kept out of swift-format: part of this file must stay verbatim (the original README's example).
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -7,7 +7,7 @@ import Requests
 
 func cachingUsage(queue: OperationQueue) {
     // article-example-begin
-    queue.requestPolicies = RequestPolicies(responseCache: ResponseCache())   // 10 MiB in memory, 100 MiB on disk
+    queue.requestPolicies.responseCache = ResponseCache()   // 10 MiB in memory, 100 MiB on disk
 
     struct Catalogue: DecodableRequest, EndpointRequest {
         typealias Success = [Product]

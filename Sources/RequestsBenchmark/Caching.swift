@@ -65,7 +65,7 @@ func measureCache(requests: Int, server: LoopbackServer) -> CacheFigures {
     func run(_ name: String) -> Double {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 8
-        queue.requestPolicies = RequestPolicies(responseCache: ResponseCache(directory: nil))
+        queue.requestPolicies = RequestPolicies(responseCache: ResponseCache.inMemory())
         let url = server.url("/cache-bench/\(name)")
         // One request first, so that the cache holds the response (and the connection is open) for the timed ones.
         let warmUp = queue.addRequest(CatalogueFetch(url: url), session: session)

@@ -51,7 +51,7 @@ func typicalApp(blog: Endpoint, queue: OperationQueue) async throws -> TypicalAp
     for try await event in queue.stream(for: blog.get("events").serverSentEvents()) { print("Event:", event.data) }
 
     // 6. A response cache in memory: the second request is answered from it
-    queue.requestPolicies.responseCache = ResponseCache(directory: nil)
+    queue.requestPolicies.responseCache = ResponseCache.inMemory()
     _ = try await queue.response(for: blog.get("posts"), as: [Post].self)
     let cached = try await queue.response(for: blog.get("posts"), as: [Post].self)
     // article-example-end

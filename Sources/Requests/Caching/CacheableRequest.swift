@@ -24,9 +24,13 @@ struct CacheableRequest {
     /// The session's credential storage, which the transport may answer a challenge from (and, on Apple platforms,
     /// send a credential from unasked).
     private let credentialStorage: URLCredentialStorage?
+    /// The ``TokenAuthenticator``'s token the request carries, in whatever header (or elsewhere) its `authorize`
+    /// closure put it; `nil` without an authenticator. Kept in memory only: entries hold its keyed digest.
+    private let token: String?
 
-    /// The view of `request` sent on `session`; `nil` when its method or URL is never cached.
-    init?(_ request: URLRequest, session: URLSession?) {
+    /// The view of `request` sent on `session`, with the authenticator's `token` if one was applied; `nil` when its
+    /// method or URL is never cached.
+    init?(_ request: URLRequest, session: URLSession?, token: String? = nil) {
         let method = (request.httpMethod ?? "GET").uppercased()
         guard method == "GET" || method == "HEAD", let url = request.url else { return nil }
         let text = url.absoluteString
@@ -41,6 +45,7 @@ struct CacheableRequest {
         // counting cookies that were not sent only keeps entries apart.
         cookies = facts.cookieStorage.map { CookieSnapshot($0, url: url) }
         credentialStorage = facts.credentialStorage
+        self.token = token
     }
 
     /// `url` without user info and fragment; `nil` if it has no host-based form.
@@ -76,10 +81,12 @@ struct CacheableRequest {
         _ = cookies?.header
     }
 
-    /// What identifies the request's sender to the server, or "" for none: the credential headers as sent and
-    /// the URL's user info. Only its keyed digest is kept (see ``ResponseCache``).
+    /// What identifies the request's sender to the server, or "" for none: the credential headers as sent, the
+    /// URL's user info, and the authenticator's token (which its `authorize` may have put in a header of any name, such
+    /// as `X-Api-Token`). Only its keyed digest is kept (see ``ResponseCache``).
     var credential: String {
         var parts: [String] = []
+        if let token { parts.append("token: \(token)") }
         for name in ["Authorization", "Proxy-Authorization"] {
             if let value = sentValue(name) { parts.append("\(name.lowercased()): \(value)") }
         }
@@ -89,10 +96,13 @@ struct CacheableRequest {
         return parts.joined(separator: "\n")
     }
 
-    /// Whether the session's credential storage holds a credential for the URL's host and port: the transport may
-    /// then send one the cache never sees, so what comes back is not stored.
+    /// Whether the session's credential storage holds a credential for the URL's host and port while the request
+    /// carries no `Authorization` of its own: the transport may then send the stored one unasked (Apple platforms do,
+    /// for a protection space that authenticated before), which the cache never sees, so what comes back is not stored.
+    /// A request with its own `Authorization` is sent with it, and keyed by it; if the server challenges it and the
+    /// transport answers from the storage, the stage sees that answer and does not store the response.
     var transportMayAddCredential: Bool {
-        guard let credentialStorage, let host = url.host?.lowercased() else { return false }
+        guard let credentialStorage, let host = url.host?.lowercased(), sentValue("Authorization") == nil else { return false }
         let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
         return credentialStorage.allCredentials.contains { space, credentials in
             !credentials.isEmpty && space.host.lowercased() == host && (space.port == port || space.port == 0)

@@ -72,18 +72,21 @@ struct CachedResponse: Codable, Equatable {
         return userSpecific && !names.contains("cookie") ? names + ["cookie"] : names
     }
 
-    /// RFC 9111 §3, for a private cache.
-    func isStorable(for request: URLRequest) -> Bool {
-        // No 300 or 301: a stored redirect would answer a request whose policy follows it (or one whose policy
-        // refuses it, differently) without that policy's ruling.
-        let storableStatus: Set<Int> = [200, 203, 204, 404, 405, 410, 414]
+    /// Why RFC 9111 §3 keeps it out of a private cache, or `nil` when it may be stored.
+    func notStorableReason(for request: URLRequest) -> NotStoredReason? {
         let response = cacheControl
         let requestDirectives = CacheControl.parse(request.value(forHTTPHeaderField: "Cache-Control"))
-        guard storableStatus.contains(status), response["no-store"] == nil, requestDirectives["no-store"] == nil,
-            !varyNames.contains("*")
-        else { return false }
-        return freshnessLifetime != nil || header("ETag") != nil || header("Last-Modified") != nil
+        if response["no-store"] != nil || requestDirectives["no-store"] != nil { return .noStore }
+        // No 300 or 301: a stored redirect would answer a request whose policy follows it (or one whose policy
+        // refuses it, differently) without that policy's ruling.
+        guard Self.storableStatuses.contains(status) else { return .statusNotCacheable(status) }
+        if varyNames.contains("*") { return .varyAll }
+        guard freshnessLifetime != nil || header("ETag") != nil || header("Last-Modified") != nil else { return .noFreshnessOrValidator }
+        return nil
     }
+
+    /// The statuses whose responses may be stored.
+    private static let storableStatuses: Set<Int> = [200, 203, 204, 404, 405, 410, 414]
 
     /// `max-age`, else `Expires` minus `Date`; `nil` when the response gives neither (no heuristic freshness).
     var freshnessLifetime: TimeInterval? {

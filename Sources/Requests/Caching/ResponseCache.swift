@@ -3,27 +3,35 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// An HTTP cache for data requests that behaves the same on Linux and Apple platforms (RFC 9111, as a private
-/// client cache): a fresh stored response is served without the network; a stale one, or one marked `no-cache`, is
-/// revalidated with `If-None-Match` / `If-Modified-Since`, and a `304` delivers the stored body through the same
-/// status check, validations and `processResponse` as a body from the network.
+/// An HTTP cache for data requests, kept in memory and on disk in ``defaultDirectory`` by default; ``inMemory(capacity:)``
+/// keeps it in memory only.
+///
+/// It behaves the same on Linux and Apple platforms (RFC 9111, as a private client cache): a fresh stored response is
+/// served without the network; a stale one, or one marked `no-cache`, is revalidated with `If-None-Match` /
+/// `If-Modified-Since`, and a `304` delivers the stored body through the same status check, validations and
+/// `processResponse` as a body from the network.
 ///
 /// Turn it on per queue with ``RequestPolicies/responseCache``, or per request with
 /// ``NetworkRequest/responseCache``; choose per request how it is used with ``NetworkRequest/cacheUse``.
 /// Downloads, uploads and streams do not use it.
 ///
-/// What is stored: responses to `GET` and `HEAD` with status 200, 203, 204, 404, 405, 410 or 414 (no redirect: it would bypass the redirect policy) that
-/// have a freshness lifetime (`Cache-Control: max-age`, `Expires`) or a validator (`ETag`, `Last-Modified`), and
-/// fit in ``maximumEntrySize`` (headers included). Never a response with `no-store` (in the request or the response)
-/// or `Vary: *`, one that arrived through a redirect, or one that owes something to a credential the transport may
-/// have added (a challenge it answered, a credential in the session's storage for the host).
+/// What is stored: responses to `GET` and `HEAD` with status 200, 203, 204, 404, 405, 410 or 414 (no redirect: it
+/// would bypass the redirect policy) that have a freshness lifetime (`Cache-Control: max-age`, `Expires`) or a
+/// validator (`ETag`, `Last-Modified`), and fit in ``maximumEntrySize`` (headers included). Never a response with
+/// `no-store` (in the request or the response) or `Vary: *`, one that arrived through a redirect, or one that owes
+/// something to a credential the transport may have added (a challenge it answered, or a credential in the session's
+/// storage for the host when the request carries no `Authorization` of its own). Monitors get
+/// ``CacheEvent/notStored(reason:)`` with the ``NotStoredReason`` for every response to `GET` or `HEAD` it does not
+/// store.
+///
 /// One entry per method and URL, for the credential the request carried (`Authorization`, `Proxy-Authorization`,
-/// URL user info) and the header values its `Vary` names as they were sent (the session's headers and cookies
-/// included): a request with others misses, and its response replaces the entry. Only keyed digests of those values
-/// are written to disk, in a directory and files only the user can read. A successful `POST`, `PUT`, `PATCH` or `DELETE` removes the URL's
-/// entries. Freshness has no heuristic: a response without `max-age` or `Expires` is always revalidated.
-/// The request's `Cache-Control` is honoured too: `no-cache`, `max-age`, `min-fresh` and `max-stale` (which never
-/// serves a response marked `no-cache` or `must-revalidate` without asking the server).
+/// URL user info, and the ``TokenAuthenticator``'s token whatever header it goes in) and the header values its `Vary`
+/// names as they were sent (the session's headers and cookies included): a request with others misses, and its
+/// response replaces the entry. Only keyed digests of those values are written to disk, in a directory and files only
+/// the user can read. A successful `POST`, `PUT`, `PATCH` or `DELETE` removes the URL's entries. Freshness has no
+/// heuristic: a response without `max-age` or `Expires` is always revalidated. The request's `Cache-Control` is
+/// honoured too: `no-cache`, `max-age`, `min-fresh` and `max-stale` (which never serves a response marked `no-cache`
+/// or `must-revalidate` without asking the server).
 ///
 /// Storage is in memory and on disk, each bounded by size, evicting the least recently used. A write goes to a
 /// temporary file that is then renamed, so a crash never leaves half an entry; an entry that cannot be read counts
@@ -47,8 +55,15 @@ public final class ResponseCache: @unchecked Sendable {
     ) {
         storage = CacheStorage(
             memoryCapacity: max(0, memoryCapacity), diskCapacity: max(0, diskCapacity), directory: directory,
-            tightensDirectory: directory?.standardizedFileURL == Self.defaultDirectory.standardizedFileURL)
+            tightensDirectory: directory.map { $0.standardizedFileURL == Self.defaultDirectory.standardizedFileURL } ?? false)
         self.maximumEntrySize = max(0, maximumEntrySize ?? (memoryCapacity > 0 ? memoryCapacity : diskCapacity) / 4)
+    }
+
+    /// A cache that keeps up to `capacity` bytes in memory and never touches the disk: no directory is created, and
+    /// nothing (not even the key of its digests) is written to a file. What it holds is gone when the process ends.
+    /// The largest entry is a quarter of `capacity`. Default: 10 MiB.
+    public static func inMemory(capacity: Int = 10 << 20) -> ResponseCache {
+        ResponseCache(memoryCapacity: capacity, diskCapacity: 0, directory: nil)
     }
 
     /// `Requests.ResponseCache-<app>` in the user's caches directory (on Linux `~/.cache`), or in the temporary
@@ -116,48 +131,48 @@ public final class ResponseCache: @unchecked Sendable {
         return entry
     }
 
-    /// What ``store(_:response:for:requestTime:responseTime:)`` did.
-    enum StoreOutcome: Equatable {
-        case stored
-        /// The rules of RFC 9111 or the size limit keep it out.
-        case notStorable
-        /// Storable by RFC 9111, but not safely: monitors are told why.
-        case refused(String)
-    }
-
     /// Stores `response` to `request` if the rules allow it, and if no `refusal` (the stage's reason not to) or
-    /// credential the transport may add stands in the way. `maximumEntrySize` bounds the entry as stored, headers
-    /// included.
+    /// credential the transport may add stands in the way; otherwise says why not. `maximumEntrySize` bounds the entry
+    /// as stored, headers included.
     func store(
-        _ body: Data, response: HTTPURLResponse, for request: CacheableRequest, requestTime: Date, responseTime: Date, refusing refusal: String?
-    ) -> StoreOutcome {
+        _ body: Data, response: HTTPURLResponse, for request: CacheableRequest, requestTime: Date, responseTime: Date,
+        refusing refusal: NotStoredReason?
+    ) -> NotStoredReason? {
         var entry = CachedResponse(body: body, response: response, requestTime: requestTime, responseTime: responseTime)
-        guard body.count <= maximumEntrySize, entry.isStorable(for: request.request) else { return .notStorable }
-        if let refusal { return .refused(refusal) }
-        if request.transportMayAddCredential {
-            return .refused("the session's credential storage holds a credential for this host, which the transport may send unseen")
-        }
+        if let reason = entry.notStorableReason(for: request.request) ?? refusal { return reason }
+        if request.transportMayAddCredential { return .credentialInSessionStorage }
+        // The body alone may be enough to tell, before the entry is serialized.
+        guard body.count <= maximumEntrySize else { return .tooLarge(bytes: body.count, limit: maximumEntrySize) }
         entry.varyValues = partition(of: request, varyNames: entry.varyNames)
         let serialized = entry.serialized()
-        guard serialized.count <= maximumEntrySize else { return .notStorable }
+        guard serialized.count <= maximumEntrySize else { return .tooLarge(bytes: serialized.count, limit: maximumEntrySize) }
         storage.setData(serialized, forKey: key(method: request.method, url: request.url))
-        return .stored
+        return nil
     }
 
     /// Replaces the stored entry for `request` with `entry`, after a `304` refreshed its headers: its partition is
     /// taken again (the `304` may name other `Vary` headers, or set cookies), and an entry that no longer fits in
-    /// ``maximumEntrySize``, or now says `Vary: *` or `no-store`, is removed instead.
-    func replace(_ entry: CachedResponse, for request: CacheableRequest) {
+    /// ``maximumEntrySize``, or now says `Vary: *` or `no-store`, is removed instead (the reason is returned).
+    func replace(_ entry: CachedResponse, for request: CacheableRequest) -> NotStoredReason? {
         var entry = entry
         let varyNames = entry.varyNames
         entry.varyValues = partition(of: request, varyNames: varyNames)
         let key = key(method: request.method, url: request.url)
         let serialized = entry.serialized()
-        guard serialized.count <= maximumEntrySize, !varyNames.contains("*"), entry.cacheControl["no-store"] == nil else {
-            storage.removeData(forKey: key)
-            return
+        var reason: NotStoredReason?
+        if entry.cacheControl["no-store"] != nil {
+            reason = .noStore
+        } else if varyNames.contains("*") {
+            reason = .varyAll
+        } else if serialized.count > maximumEntrySize {
+            reason = .tooLarge(bytes: serialized.count, limit: maximumEntrySize)
         }
-        storage.setData(serialized, forKey: key)
+        if reason != nil {
+            storage.removeData(forKey: key)
+        } else {
+            storage.setData(serialized, forKey: key)
+        }
+        return reason
     }
 
     func remove(for request: CacheableRequest) {
@@ -189,19 +204,6 @@ public enum CacheUse: Sendable, Equatable {
     case onlyIfCached
     /// Neither read nor written.
     case bypass
-}
-
-/// What the cache did for a request, as monitors see it.
-public enum CacheEvent: Sendable, Equatable {
-    /// A fresh stored response was served without the network.
-    case hit
-    /// Nothing usable was stored: the request went to the network (with `revalidating` true when it carried the
-    /// stored response's validators).
-    case miss(revalidating: Bool)
-    /// The server answered `304 Not Modified`, and the stored response was served with its headers refreshed.
-    case revalidated
-    /// The response was stored.
-    case stored
 }
 
 /// Why a request that had to be answered from the cache was not.

@@ -33,9 +33,9 @@ enum CachePlan {
 /// the network and a stale entry adds its validators; after it, a `304` is answered with the stored body and a
 /// storable response is stored. Either way the body is interpreted like any other (status rule, validations, kind).
 extension NetworkRequestOperation {
-    /// The plan of `cache` (the policies', if any) for `urlRequest`: through the response cache when it applies to the
-    /// request's kind; else sent as it is.
-    func cachePlan(for urlRequest: URLRequest, in cache: ResponseCache?) -> CachePlan {
+    /// The plan of `cache` (the policies', if any) for `urlRequest`, which carries the authenticator's `token` if there
+    /// is one: through the response cache when it applies to the request's kind; else sent as it is.
+    func cachePlan(for urlRequest: URLRequest, in cache: ResponseCache?, token: String?) -> CachePlan {
         guard let cache, usesResponseCache else { return .send(urlRequest, cached: nil) }
         // The request's own code, read outside the lock.
         let requested = currentRequest?.cacheUse ?? .useCache
@@ -43,7 +43,7 @@ extension NetworkRequestOperation {
         let use: CacheUse = reloads ? .reload : requested
         guard use != .bypass else { return .send(urlRequest, cached: nil) }
         let now = Date()
-        let cacheable = CacheableRequest(urlRequest, session: session)
+        let cacheable = CacheableRequest(urlRequest, session: session, token: token)
         let entry = use == .reload ? nil : cacheable.flatMap(cache.entry(for:))
         if let entry, (use == .onlyIfCached && entry.mayServeWithoutNetwork) || (use == .useCache && entry.isFresh(for: urlRequest, now: now)) {
             return .serve(entry)
@@ -113,10 +113,7 @@ extension NetworkRequestOperation {
             finishAttempt(body: body, response: response, error: error)
             return
         }
-        let refusal =
-            redirects > 0
-            ? "it arrived through a redirect, from another URL than the one requested"
-            : answeredChallenge ? "the transport answered an authentication challenge with a credential the request did not show" : nil
+        let refusal: NotStoredReason? = redirects > 0 ? .redirected : answeredChallenge ? .challengeAnsweredByTransport : nil
         if http.statusCode == 304, let entry = cached.entry {
             let newTag = http.value(forHTTPHeaderField: "ETag")
             let otherRepresentation = newTag != nil && entry.header("ETag").map { $0 != newTag } == true
@@ -126,22 +123,32 @@ extension NetworkRequestOperation {
                 attemptAgain(.cacheReload, after: 0, failed: attempt)
                 return
             }
-            if refusal != nil {
+            if let refusal {
                 cached.cache.remove(for: request)
+                reportNotStored(refusal, attempt: attempt)
                 finishAttempt(body: body, response: response, error: error)
                 return
             }
             let refreshed = entry.refreshed(by: http, requestTime: cached.requestTime, responseTime: now)
-            cached.cache.replace(refreshed, for: request)
+            let dropped = cached.cache.replace(refreshed, for: request)
             emit(.cache(attempt, .revalidated))
+            if let dropped { reportNotStored(dropped, attempt: attempt) }
             finishAttempt(body: .data(refreshed.body), response: refreshed.httpResponse(for: request.url) ?? http, error: nil)
             return
         }
-        switch cached.cache.store(data, response: http, for: request, requestTime: cached.requestTime, responseTime: now, refusing: refusal) {
-        case .stored: emit(.cache(attempt, .stored))
-        case let .refused(reason): emit(.notice(attempt, .notStored(reason: reason)))
-        case .notStorable: break
+        if let reason = cached.cache.store(data, response: http, for: request, requestTime: cached.requestTime, responseTime: now, refusing: refusal) {
+            reportNotStored(reason, attempt: attempt)
+        } else {
+            emit(.cache(attempt, .stored))
         }
         finishAttempt(body: body, response: response, error: error)
+    }
+
+    /// Tells monitors why the response was not stored: ``CacheEvent/notStored(reason:)`` always, and for a refusal
+    /// (a response the rules allow but that is not safe to keep) ``RequestNotice/notStored(reason:)`` too, as before
+    /// the event existed.
+    private func reportNotStored(_ reason: NotStoredReason, attempt: RequestAttempt) {
+        emit(.cache(attempt, .notStored(reason: reason)))
+        if reason.isRefusal { emit(.notice(attempt, .notStored(reason: reason.description))) }
     }
 }

@@ -75,7 +75,7 @@ extension NetworkRequestOperation {
                 return (policies.preconditions, policies.responseCache, policies.redirectPolicy)
             })
         else { return }
-        let plan = cache == nil ? CachePlan.send(urlRequest, cached: nil) : cachePlan(for: urlRequest, in: cache)
+        let plan = cache == nil ? CachePlan.send(urlRequest, cached: nil) : cachePlan(for: urlRequest, in: cache, token: credential?.token)
         do {
             try Boundary.checkFinal(plan.checked(urlRequest), preconditions: preconditions, redirectPolicy: redirectPolicy)
         } catch {

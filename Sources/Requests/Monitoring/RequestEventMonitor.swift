@@ -39,8 +39,9 @@ public protocol RequestEventMonitor: Sendable {
     /// The ``RedirectPolicy`` let the attempt follow `response` to `request` (with sensitive headers removed if it
     /// leaves the origin). Comes between ``requestWillSend(_:)`` and ``requestDidReceive(_:response:bodyBytes:duration:)``.
     func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest)
-    /// The ``ResponseCache`` served, missed, revalidated or stored the attempt's response: a hit or a miss comes
-    /// before the send (a hit instead of it), revalidated and stored before ``requestDidReceive(_:response:bodyBytes:duration:)``.
+    /// The ``ResponseCache`` served, missed, revalidated, stored or did not store the attempt's response (with the
+    /// reason): a hit or a miss comes before the send (a hit instead of it), revalidated, stored and not stored before
+    /// ``requestDidReceive(_:response:bodyBytes:duration:)``.
     func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent)
     /// Requests refused or corrected something it was handed (by a server, a stored file or the caller) and went on
     /// without it, as ``RequestNotice`` lists: the request itself does not fail for it. Comes before the send of the
@@ -87,8 +88,10 @@ public enum RequestNotice: Sendable, Hashable {
     case lastEventIDDropped(length: Int)
     /// The server's `retry:` asked for a reconnection delay below the floor: the floor applies.
     case reconnectionDelayRaised(requested: TimeInterval, applied: TimeInterval)
-    /// The response was not stored in the ``ResponseCache``, for the reason given (for example, it was owed to a
-    /// credential Requests cannot see, or it arrived through a redirect).
+    /// The response was not stored in the ``ResponseCache`` although the rules of HTTP caching allow it, for the reason
+    /// given: it was owed to a credential Requests cannot see, or it arrived through a redirect. The reason is the
+    /// ``NotStoredReason/description`` of the ``CacheEvent/notStored(reason:)`` event, which monitors get too, for
+    /// these and for every other response the cache does not store.
     case notStored(reason: String)
 }
 

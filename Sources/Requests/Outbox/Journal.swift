@@ -72,6 +72,7 @@ final class Journal: @unchecked Sendable {
         journalPath = journalURL.path
         directoryFile = try fileSystem.openDirectory(directory)
         var opened = [directoryFile]
+        var rewrite = false
         do {
             lockFile = try fileSystem.openFile(Self.lockName, in: directoryFile, at: directory.appendingPathComponent(Self.lockName), exclusive: false)
             opened.append(lockFile)
@@ -104,13 +105,13 @@ final class Journal: @unchecked Sendable {
                 try fileSystem.truncate(file, to: scan.validLength)
                 try fileSystem.syncData(file)
             }
-            if scan.needsNewHeader || scan.skippedDamage { nextCompactionLength = .max }
+            rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
         } catch {
             for descriptor in opened.reversed() { fileSystem.close(descriptor) }
             throw error
         }
         // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
-        if nextCompactionLength == .max || shouldCompact() { compact() }
+        if rewrite || condition.withLock({ shouldCompact() }) { compact() }
     }
 
     deinit { close() }

@@ -83,7 +83,7 @@ enum JournalFormat {
     static func parseFileHeader(_ bytes: UnsafeRawBufferPointer) -> FileHeader {
         guard bytes.count >= fileHeaderSize, bytes.starts(with: fileMagic) else { return .corrupt }
         let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[0..<24]))
-        guard checksum == load(UInt32.self, bytes, 24) else { return .corrupt }
+        guard checksum == load(UInt32.self, bytes, 24), load(UInt32.self, bytes, 28) == 0 else { return .corrupt }
         let version = load(UInt32.self, bytes, 8)
         guard version == self.version else { return .unsupported(version: version) }
         return .valid(floor: load(UInt64.self, bytes, 16))

@@ -128,6 +128,9 @@ final class Journal: @unchecked Sendable {
     /// The live records' ids, in no particular order.
     var liveIDs: [UInt64] { condition.withLock { Array(index.keys) } }
 
+    /// The calls queued for the next group commit (not those being written): for tests and monitors.
+    var queuedCallCount: Int { condition.withLock { queue.count } }
+
     /// Appends records durably: returns only after they are synced; concurrent callers share one sync (group
     /// commit), and `payloads` are one write. Returns the ids given, in order. On any failure throws, and none of
     /// these records exists afterwards, not even after a crash.
@@ -179,6 +182,8 @@ final class Journal: @unchecked Sendable {
         queue.removeAll()
         condition.broadcast()
         while leading { condition.wait() }
+        // A last try to cut off a failed call's records, which must not reappear at the next open.
+        if mustCut { try? cutOff(file, at: length) }
         fileSystem.close(file)
         fileSystem.close(lockFile)
         fileSystem.close(directoryFile)

@@ -289,7 +289,7 @@ final class JournalEventLog: @unchecked Sendable {
 }
 
 /// Polls `condition` until it holds (an event another thread causes), failing after a generous safety timeout.
-func waitUntil(_ condition: () -> Bool, timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) {
+func journalPollUntil(_ condition: () -> Bool, timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) {
     let deadline = Date().addingTimeInterval(timeout)
     while !condition() {
         guard Date() < deadline else { return XCTFail("condition not met in \(timeout) s", file: file, line: line) }

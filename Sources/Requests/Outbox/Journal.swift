@@ -63,7 +63,7 @@ final class Journal: @unchecked Sendable {
     }
 
     /// Opens the journal with `options` through `fileSystem` (tests fail its calls or simulate crashes).
-    init(directory: URL, options: Options, fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
+    init(directory: URL, options: Options = Options(), fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem

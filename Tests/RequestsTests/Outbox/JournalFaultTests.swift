@@ -118,7 +118,7 @@ final class JournalFaultTests: XCTestCase {
         start(0, count: 1)
         entered.wait()
         for number in 1...7 { start(number, count: 3) }
-        journalPollUntil { journal.queuedCallCount == 7 }
+        waitUntil("seven calls queued") { journal.queuedCallCount == 7 }
         let (writes, syncs) = (fileSystem.count(.write), fileSystem.count(.syncData))
         release.signal()
         done.wait()
@@ -143,7 +143,7 @@ final class JournalFaultTests: XCTestCase {
         start(8, count: 2)
         enteredAgain.wait()
         for number in 9...11 { start(number, count: 2) }
-        journalPollUntil { journal.queuedCallCount == 3 }
+        waitUntil("three calls queued") { journal.queuedCallCount == 3 }
         releaseAgain.signal()
         done.wait()
         XCTAssertEqual(try results.get(8).get(), [23, 24])

@@ -287,12 +287,3 @@ final class JournalEventLog: @unchecked Sendable {
     var events: [JournalEvent] { mutex.withLock { stored } }
     var handler: @Sendable (JournalEvent) -> Void { { [self] event in mutex.withLock { stored.append(event) } } }
 }
-
-/// Polls `condition` until it holds (an event another thread causes), failing after a generous safety timeout.
-func journalPollUntil(_ condition: () -> Bool, timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) {
-    let deadline = Date().addingTimeInterval(timeout)
-    while !condition() {
-        guard Date() < deadline else { return XCTFail("condition not met in \(timeout) s", file: file, line: line) }
-        usleep(200)
-    }
-}

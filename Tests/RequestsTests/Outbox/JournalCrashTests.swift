@@ -98,6 +98,34 @@ final class JournalCrashTests: XCTestCase {
         print("crash points: \(total + 1) calls, \(checked) crashes, \(complete.compactions) compactions")
     }
 
+    func testACrashWhileOpeningADamagedJournalLosesNothing() throws {
+        // A journal whose third record is damaged: opening it skips the record and rewrites the file.
+        let original = MemoryFileSystem()
+        let writer = try Journal(directory: folder, fileSystem: original)
+        for number in 1...5 { try writer.append([samplePayload(number)]) }
+        writer.close()
+        var bytes = try XCTUnwrap(original.contents(of: "journal"))
+        let third = JournalFormat.fileHeaderSize + (1...2).map { JournalFormat.recordHeaderSize + samplePayload($0).count }.reduce(0, +)
+        bytes[third + JournalFormat.recordHeaderSize] ^= 1
+        let expected = [1, 2, 4, 5].map { JournalRecord(id: UInt64($0), payload: samplePayload($0)) }
+
+        let counting = FaultyFileSystem(MemoryFileSystem())
+        (counting.inner as? MemoryFileSystem)?.setContents(of: "journal", to: bytes)
+        XCTAssertEqual(try Journal(directory: folder, fileSystem: counting).recovered, expected)
+        let total = counting.count()
+        for dyingAt in 1...total {
+            for mode in MemoryFileSystem.CrashMode.allCases {
+                let memory = MemoryFileSystem()
+                memory.setContents(of: "journal", to: bytes)
+                let fileSystem = FaultyFileSystem(memory)
+                fileSystem.setFault { _, _, overall in overall == dyingAt ? .die : nil }
+                try? Journal(directory: folder, fileSystem: fileSystem).close()
+                memory.crash(mode)
+                XCTAssertEqual(try Journal(directory: folder, fileSystem: memory).recovered, expected, "death at call \(dyingAt) of \(total), \(mode)")
+            }
+        }
+    }
+
     /// Whether `recovered` is the acknowledged state, or that state with the call in flight applied whole.
     private static func acceptable(_ recovered: [UInt64: Data], _ model: Model) -> Bool {
         if recovered == model.live { return true }

@@ -10,6 +10,9 @@ import Darwin
 /// and one sync (group commit): while a leader syncs, the others queue; the next leader writes all queued calls
 /// at once. The file format and the guarantees are described in docs/outbox-journal.md.
 ///
+/// Threads: the state is behind one lock; each waiting caller sleeps on its own semaphore, woken when its call is
+/// done or when it is to lead the next group, so that a finished group wakes only its own callers.
+///
 /// Memory: the journal keeps 16 bytes per live record plus its dictionary slot (the payloads stay on disk), and the
 /// records recovered at open until ``releaseRecovered()``.
 final class Journal: @unchecked Sendable {
@@ -35,7 +38,7 @@ final class Journal: @unchecked Sendable {
     private let lockFile: Int32
 
     /// Guards every `var` below.
-    private let condition = NSCondition()
+    private let lock = NSLock()
     private var recoveredRecords: [JournalRecord]
     private var index: [UInt64: JournalLocation]
     private var liveBytes: UInt64
@@ -43,10 +46,20 @@ final class Journal: @unchecked Sendable {
     /// The length of the file's intact content; appends go there.
     private var length: UInt64
     private var file: Int32
-    private var queue: [Batch] = []
-    /// A leader is writing, syncing or compacting; it alone uses `file` and changes `length` and `index`.
+    private var queue: [JournalBatch] = []
+    /// A leader is gathering, writing, syncing or compacting (or is woken to): it alone uses `file` and changes
+    /// `length` and `index`.
     private var leading = false
     private var isClosed = false
+    /// `close()` waits on it for the leader to finish.
+    private var closeWaiter: DispatchSemaphore?
+    /// The number of calls the last group held, and how long its sync took: a leader that finds fewer calls queued
+    /// waits up to one sync's time for as many (see `gather()`).
+    private var lastGroupSize = 0
+    private var lastSyncNanoseconds: UInt64 = 0
+    /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
+    private var gatherTarget = 0
+    private let gathered = DispatchSemaphore(value: 0)
     /// A failed write may have left bytes after `length`: the next leader cuts them off, durably, first.
     private var mustCut = false
     /// A compaction's rename is not yet durable: the next leader syncs the folder first.
@@ -111,46 +124,42 @@ final class Journal: @unchecked Sendable {
             throw error
         }
         // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
-        if rewrite || condition.withLock({ shouldCompact() }) { compact() }
+        if rewrite || lock.withLock({ shouldCompact() }) { compact() }
     }
 
     deinit { close() }
 
     /// The live records recovered at open, in id order, until ``releaseRecovered()``.
-    var recovered: [JournalRecord] { condition.withLock { recoveredRecords } }
+    var recovered: [JournalRecord] { lock.withLock { recoveredRecords } }
 
     /// Forgets ``recovered``, so that the payloads are not kept twice once the owner has its own copy.
-    func releaseRecovered() { condition.withLock { recoveredRecords = [] } }
+    func releaseRecovered() { lock.withLock { recoveredRecords = [] } }
 
     /// The number of live records.
-    var liveCount: Int { condition.withLock { index.count } }
+    var liveCount: Int { lock.withLock { index.count } }
 
     /// The live records' ids, in no particular order.
-    var liveIDs: [UInt64] { condition.withLock { Array(index.keys) } }
+    var liveIDs: [UInt64] { lock.withLock { Array(index.keys) } }
 
     /// The calls queued for the next group commit (not those being written): for tests and monitors.
-    var queuedCallCount: Int { condition.withLock { queue.count } }
+    var queuedCallCount: Int { lock.withLock { queue.count } }
 
     /// Appends records durably: returns only after they are synced; concurrent callers share one sync (group
     /// commit), and `payloads` are one write. Returns the ids given, in order. On any failure throws, and none of
     /// these records exists afterwards, not even after a crash.
     @discardableResult
     func append(_ payloads: [Data]) throws -> [UInt64] {
-        let batch = try Batch(kind: .put, id: 0, payloads: payloads, limit: options.maximumPayloadSize)
+        let batch = try JournalBatch(kind: .put, id: 0, payloads: payloads, limit: options.maximumPayloadSize)
         try commit(batch) { batch in
-            let first = nextID
-            nextID += UInt64(batch.operations.count)
-            for position in batch.operations.indices {
-                batch.operations[position].id = first + UInt64(position)
-                JournalFormat.patch(id: first + UInt64(position), in: &batch.bytes, at: batch.operations[position].offset)
-            }
+            batch.assignIDs(from: nextID)
+            nextID += UInt64(batch.changes.count)
         }
-        return batch.operations.map(\.id)
+        return batch.changes.map(\.id)
     }
 
     /// Replaces a live record's payload, durably (same group commit). Throws `.unknownRecord` if `id` is not live.
     func update(_ id: UInt64, payload: Data) throws {
-        let batch = try Batch(kind: .update, id: id, payloads: [payload], limit: options.maximumPayloadSize)
+        let batch = try JournalBatch(kind: .update, id: id, payloads: [payload], limit: options.maximumPayloadSize)
         try commit(batch) { _ in
             guard index[id] != nil else { throw JournalError.unknownRecord(id) }
         }
@@ -159,29 +168,36 @@ final class Journal: @unchecked Sendable {
     /// Removes live records, durably (tombstones; same group commit), all or none. Ids that are not live are
     /// ignored.
     func remove(_ ids: [UInt64]) throws {
-        let batch = try Batch(kind: .remove, id: 0, payloads: [], limit: 0)
+        let batch = try JournalBatch(kind: .remove, id: 0, payloads: [], limit: 0)
         try commit(batch) { batch in
             var seen = Set<UInt64>()
-            let live = ids.filter { index[$0] != nil && seen.insert($0).inserted }
-            for (position, id) in live.enumerated() {
-                batch.operations.append(Change(kind: .remove, id: id, offset: batch.bytes.count, length: 0))
-                let header = JournalFormat.RecordHeader(kind: .remove, continues: position < live.count - 1, id: id, length: 0, payloadCRC: 0)
-                JournalFormat.appendRecordHeader(header, to: &batch.bytes)
-            }
+            batch.addRemovals(ids.filter { index[$0] != nil && seen.insert($0).inserted })
         }
     }
 
     /// Releases the lock and closes the files; later calls throw `.closed`. Calls waiting for a sync that already
     /// started complete; those still queued throw `.closed`.
     func close() {
-        condition.lock()
-        defer { condition.unlock() }
+        lock.lock()
+        defer { lock.unlock() }
         guard !isClosed else { return }
         isClosed = true
-        for batch in queue { batch.result = .failure(.closed) }
+        for batch in queue {
+            batch.result = .failure(.closed)
+            batch.wakeup.signal()
+        }
         queue.removeAll()
-        condition.broadcast()
-        while leading { condition.wait() }
+        if gatherTarget > 0 {
+            gatherTarget = 0
+            gathered.signal()
+        }
+        if leading {
+            let waiter = DispatchSemaphore(value: 0)
+            closeWaiter = waiter
+            lock.unlock()
+            waiter.wait()
+            lock.lock()
+        }
         // A last try to cut off a failed call's records, which must not reappear at the next open.
         if mustCut { try? cutOff(file, at: length) }
         fileSystem.close(file)
@@ -191,72 +207,90 @@ final class Journal: @unchecked Sendable {
 
     // MARK: - Group commit
 
-    /// What one record of a batch does.
-    private struct Change {
-        var kind: JournalFormat.Kind
-        var id: UInt64
-        /// Where its header starts in the batch's bytes.
-        var offset: Int
-        var length: Int
-    }
-
-    /// One call's records, encoded. Changed only under `condition` once queued.
-    private final class Batch {
-        var bytes = Data()
-        var operations: [Change] = []
-        var result: Result<Void, JournalError>?
-
-        /// Records of `kind` for `id` (patched later for puts), one per payload, each payload at most `limit`.
-        init(kind: JournalFormat.Kind, id: UInt64, payloads: [Data], limit: Int) throws {
-            bytes.reserveCapacity(payloads.reduce(0) { $0 + JournalFormat.recordHeaderSize + $1.count })
-            for (position, payload) in payloads.enumerated() {
-                guard payload.count <= min(limit, Int(UInt32.max)) else { throw JournalError.recordTooLarge(size: payload.count, limit: limit) }
-                operations.append(Change(kind: kind, id: id, offset: bytes.count, length: payload.count))
-                let header = JournalFormat.RecordHeader(
-                    kind: kind, continues: position < payloads.count - 1, id: id, length: payload.count, payloadCRC: CRC32C.checksum(payload))
-                JournalFormat.appendRecordHeader(header, to: &bytes)
-                bytes.append(payload)
-            }
-        }
-    }
-
     /// Queues `batch` once `prepare` (run under the lock) accepts it, and returns when it is durable: as the
     /// leader that writes it, or after a leader did.
-    private func commit(_ batch: Batch, prepare: (Batch) throws -> Void) throws {
-        condition.lock()
-        defer { condition.unlock() }
-        guard !isClosed else { throw JournalError.closed }
-        try prepare(batch)
-        guard !batch.operations.isEmpty else { return }
-        queue.append(batch)
-        while batch.result == nil {
-            if leading { condition.wait() } else { lead() }
+    private func commit(_ batch: JournalBatch, prepare: (JournalBatch) throws -> Void) throws {
+        lock.lock()
+        guard !isClosed else {
+            lock.unlock()
+            throw JournalError.closed
         }
-        try batch.result?.get()
+        do {
+            try prepare(batch)
+        } catch {
+            lock.unlock()
+            throw error
+        }
+        guard !batch.changes.isEmpty else { return lock.unlock() }
+        queue.append(batch)
+        if gatherTarget > 0, queue.count >= gatherTarget {
+            gatherTarget = 0
+            gathered.signal()
+        }
+        if !leading {
+            leading = true
+            batch.leads = true
+        }
+        while true {
+            if batch.leads {
+                batch.leads = false
+                lead()
+            }
+            if let result = batch.result {
+                lock.unlock()
+                return try result.get()
+            }
+            lock.unlock()
+            batch.wakeup.wait()
+            lock.lock()
+        }
     }
 
-    /// Writes and syncs every queued batch as one, then applies them, or fails them all and cuts off what was
-    /// written. Called and returns with the lock held; releases it for the I/O.
+    /// Gathers, then writes and syncs every queued batch as one, then applies them, or fails them all and cuts off
+    /// what was written; then hands the lead to the first call queued meanwhile. Called and returns with the lock
+    /// held; releases it to wait and for the I/O.
     private func lead() {
-        leading = true
+        gather()
         let group = queue
         queue.removeAll()
+        if !group.isEmpty { write(group) }
+        if let next = queue.first {
+            next.leads = true
+            next.wakeup.signal()
+        } else {
+            leading = false
+            closeWaiter?.signal()
+        }
+    }
+
+    /// If the last group held more calls than are queued, waits until as many are (their callers are likely on
+    /// their way back) or for as long as the last sync took, at most a millisecond: fewer, fuller syncs. With one
+    /// caller, or callers that do not come back, it costs nothing or one sync's time once (the next group's size
+    /// is then this one's). Under the lock.
+    private func gather() {
+        let target = lastGroupSize
+        guard target > 1, queue.count < target, !isClosed else { return }
+        gatherTarget = target
+        lock.unlock()
+        let outcome = gathered.wait(timeout: .now() + .nanoseconds(Int(min(lastSyncNanoseconds, 1_000_000))))
+        lock.lock()
+        // Timed out just as the target was reached: take the signal that was sent, so that it does not end the
+        // next gathering early.
+        if outcome == .timedOut, gatherTarget == 0 { gathered.wait() }
+        gatherTarget = 0
+    }
+
+    /// Writes and syncs `group`, applies it or fails it. Under the lock; releases it for the I/O.
+    private func write(_ group: [JournalBatch]) {
         let start = length
         let target = file
         let cut = mustCut
         let syncFolder = folderUnsynced
-        condition.unlock()
-        var bytes = group.count == 1 ? group[0].bytes : Data(capacity: group.reduce(0) { $0 + $1.bytes.count })
-        var bases = [0]
-        if group.count > 1 {
-            bases.removeAll()
-            for batch in group {
-                bases.append(bytes.count)
-                bytes.append(batch.bytes)
-            }
-        }
+        lock.unlock()
+        let (bytes, starts) = JournalBatch.concatenate(group)
         var failure: JournalError?
         var folderSynced = !syncFolder
+        var syncTime: UInt64 = 0
         do {
             if cut { try cutOff(target, at: start) }
             if syncFolder {
@@ -264,35 +298,35 @@ final class Journal: @unchecked Sendable {
                 folderSynced = true
             }
             try fileSystem.write(target, bytes, at: start)
+            let syncStart = DispatchTime.now().uptimeNanoseconds
             try fileSystem.syncData(target)
+            syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
         } catch {
             failure = Self.journalError(error)
         }
         // A group that failed must never exist, not even after a crash: whatever part of it was written is cut
         // off, durably; if that fails too, the next leader tries again before writing anything.
         let cutFailed = failure != nil && (try? cutOff(target, at: start)) == nil
-        condition.lock()
+        lock.lock()
         mustCut = cutFailed
         folderUnsynced = !folderSynced
+        lastGroupSize = group.count
+        if syncTime > 0 { lastSyncNanoseconds = syncTime }
         if let failure {
             for batch in group { batch.result = .failure(failure) }
         } else {
-            for (batch, base) in zip(group, bases) {
-                for operation in batch.operations {
-                    apply(operation, at: start + UInt64(base + operation.offset))
-                }
+            for (batch, base) in zip(group, starts) {
+                for change in batch.changes { apply(change, at: start + UInt64(base + change.offset)) }
                 batch.result = .success(())
             }
             length = start + UInt64(bytes.count)
         }
-        condition.broadcast()
+        for batch in group { batch.wakeup.signal() }
         if failure == nil, !isClosed, shouldCompact() {
-            condition.unlock()
+            lock.unlock()
             compact()
-            condition.lock()
+            lock.lock()
         }
-        leading = false
-        condition.broadcast()
     }
 
     private func cutOff(_ target: Int32, at start: UInt64) throws {
@@ -301,19 +335,19 @@ final class Journal: @unchecked Sendable {
     }
 
     /// Applies a durable record to the live records, as recovery (`JournalScan`) would.
-    private func apply(_ operation: Change, at offset: UInt64) {
-        let location = JournalLocation(offset: offset, length: UInt32(operation.length))
-        switch operation.kind {
+    private func apply(_ change: JournalBatch.Change, at offset: UInt64) {
+        let location = JournalLocation(offset: offset, length: UInt32(change.length))
+        switch change.kind {
         case .put:
-            index[operation.id] = location
+            index[change.id] = location
             liveBytes += location.size
         case .update:
             // Not live: a removal committed first; this record is dead.
-            guard let old = index[operation.id] else { return }
-            index[operation.id] = location
+            guard let old = index[change.id] else { return }
+            index[change.id] = location
             liveBytes = liveBytes - old.size + location.size
         case .remove:
-            if let old = index.removeValue(forKey: operation.id) { liveBytes -= old.size }
+            if let old = index.removeValue(forKey: change.id) { liveBytes -= old.size }
         }
     }
 
@@ -331,7 +365,7 @@ final class Journal: @unchecked Sendable {
     /// the lock: no other thread uses the file or changes the index meanwhile. A failure leaves the journal as it
     /// was; compaction is tried again once the file has grown by `compactionMinimum`.
     private func compact() {
-        let (live, floor, old, before) = condition.withLock {
+        let (live, floor, old, before) = lock.withLock {
             (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
         }
         let outcome: JournalCompaction.Outcome
@@ -340,13 +374,13 @@ final class Journal: @unchecked Sendable {
                 fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
                 old: old, live: live, floor: floor)
         } catch {
-            condition.withLock { nextCompactionLength = before + options.compactionMinimum }
+            lock.withLock { nextCompactionLength = before + options.compactionMinimum }
             return
         }
         // Renamed: the new file is the journal from now on. Until the rename is durable, nothing is written.
         let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
         fileSystem.close(old)
-        condition.withLock {
+        lock.withLock {
             file = outcome.file
             index = outcome.index
             liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }

@@ -1,0 +1,398 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An append-only journal of records in a private folder, the storage of the outbox: each call returns only when
+/// its records are on disk (`fdatasync`), and exists on disk whole or not at all. Concurrent calls share one write
+/// and one sync (group commit): while a leader syncs, the others queue; the next leader writes all queued calls
+/// at once. The file format and the guarantees are described in docs/outbox-journal.md.
+///
+/// Threads: the state is behind one lock; each waiting caller sleeps on its own semaphore, woken when its call is
+/// done or when it is to lead the next group, so that a finished group wakes only its own callers.
+///
+/// Memory: the journal keeps 16 bytes per live record plus its dictionary slot (the payloads stay on disk), and the
+/// records recovered at open until ``releaseRecovered()``.
+final class Journal: @unchecked Sendable {
+    /// Limits, which tests make small.
+    struct Options: Sendable {
+        /// The largest payload accepted.
+        var maximumPayloadSize = JournalFormat.maximumPayloadSize
+        /// Compaction runs when the file's dead bytes exceed its live bytes and this many bytes.
+        var compactionMinimum: UInt64 = 1 << 20
+        init() {}
+    }
+
+    static let journalName = "journal"
+    static let lockName = "journal.lock"
+
+    /// The journal's folder.
+    let directory: URL
+    let options: Options
+    private let fileSystem: JournalFileSystem
+    private let events: (@Sendable (JournalEvent) -> Void)?
+    private let journalPath: String
+    private let directoryFile: Int32
+    private let lockFile: Int32
+
+    /// Guards every `var` below.
+    private let lock = NSLock()
+    private var recoveredRecords: [JournalRecord]
+    private var index: [UInt64: JournalLocation]
+    private var liveBytes: UInt64
+    private var nextID: UInt64
+    /// The length of the file's intact content; appends go there.
+    private var length: UInt64
+    private var file: Int32
+    private var queue: [JournalBatch] = []
+    /// A leader is gathering, writing, syncing or compacting (or is woken to): it alone uses `file` and changes
+    /// `length` and `index`.
+    private var leading = false
+    private var isClosed = false
+    /// `close()` waits on it for the leader to finish.
+    private var closeWaiter: DispatchSemaphore?
+    /// The number of calls the last group held, and how long its sync took: a leader that finds fewer calls queued
+    /// waits up to one sync's time for as many (see `gather()`).
+    private var lastGroupSize = 0
+    private var lastSyncNanoseconds: UInt64 = 0
+    /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
+    private var gatherTarget = 0
+    private let gathered = DispatchSemaphore(value: 0)
+    /// A failed write may have left bytes after `length`: the next leader cuts them off, durably, first.
+    private var mustCut = false
+    /// A compaction's rename is not yet durable: the next leader syncs the folder first.
+    private var folderUnsynced = false
+    /// After a failed compaction, none is tried before the file reaches this length.
+    private var nextCompactionLength: UInt64 = 0
+
+    /// Opens or creates the journal in `directory` (created `0700`, files `0600`; refuses a symbolic link or a
+    /// folder of another user), takes an exclusive lock, and recovers the live records. `events` hears of damage
+    /// found and of compactions, synchronously on the thread that found them (during this initializer for what
+    /// recovery finds), never while the journal's lock is held.
+    convenience init(directory: URL, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
+        try self.init(directory: directory, options: Options(), fileSystem: PosixJournalFileSystem(), events: events)
+    }
+
+    /// Opens the journal with `options` through `fileSystem` (tests fail its calls or simulate crashes).
+    init(directory: URL, options: Options = Options(), fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
+        self.directory = directory
+        self.options = options
+        self.fileSystem = fileSystem
+        self.events = events
+        let journalURL = directory.appendingPathComponent(Self.journalName)
+        journalPath = journalURL.path
+        directoryFile = try fileSystem.openDirectory(directory)
+        var opened = [directoryFile]
+        var rewrite = false
+        do {
+            lockFile = try fileSystem.openFile(Self.lockName, in: directoryFile, at: directory.appendingPathComponent(Self.lockName), exclusive: false)
+            opened.append(lockFile)
+            guard try fileSystem.lock(lockFile) else { throw JournalError.lockedByAnotherProcess(directory) }
+            try fileSystem.removeFile(JournalCompaction.temporaryName, in: directoryFile)
+            file = try fileSystem.openFile(Self.journalName, in: directoryFile, at: journalURL, exclusive: false)
+            opened.append(file)
+            let size = try fileSystem.size(of: file)
+            let bytes = try fileSystem.read(file, at: 0, count: Int(size))
+            let scan = bytes.withUnsafeBytes { JournalScan($0, file: journalURL.path) }
+            if let version = scan.unsupportedVersion { throw JournalError.unsupportedVersion(journalURL, version: version) }
+            for event in scan.events { events?(event) }
+            index = scan.index
+            liveBytes = scan.liveBytes
+            nextID = max(scan.floor, scan.highestID + 1, 1)
+            recoveredRecords = scan.index.sorted { $0.key < $1.key }.map { id, location in
+                let start = Int(location.offset) + JournalFormat.recordHeaderSize
+                return JournalRecord(id: id, payload: bytes.subdata(in: start..<start + Int(location.length)))
+            }
+            length = scan.validLength
+            if scan.validLength < JournalFormat.fileHeaderSize {
+                // A new file, or one too short for a header: it holds nothing; it gets a header, and its name is
+                // made durable before anything is written to it.
+                try fileSystem.truncate(file, to: 0)
+                try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
+                try fileSystem.syncData(file)
+                try fileSystem.syncDirectory(directoryFile)
+                length = UInt64(JournalFormat.fileHeaderSize)
+            } else if scan.validLength < size {
+                try fileSystem.truncate(file, to: scan.validLength)
+                try fileSystem.syncData(file)
+            }
+            rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
+        } catch {
+            for descriptor in opened.reversed() { fileSystem.close(descriptor) }
+            throw error
+        }
+        // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
+        if rewrite || lock.withLock({ shouldCompact() }) { compact() }
+    }
+
+    deinit { close() }
+
+    /// The live records recovered at open, in id order, until ``releaseRecovered()``.
+    var recovered: [JournalRecord] { lock.withLock { recoveredRecords } }
+
+    /// Forgets ``recovered``, so that the payloads are not kept twice once the owner has its own copy.
+    func releaseRecovered() { lock.withLock { recoveredRecords = [] } }
+
+    /// The number of live records.
+    var liveCount: Int { lock.withLock { index.count } }
+
+    /// The live records' ids, in no particular order.
+    var liveIDs: [UInt64] { lock.withLock { Array(index.keys) } }
+
+    /// The calls queued for the next group commit (not those being written): for tests and monitors.
+    var queuedCallCount: Int { lock.withLock { queue.count } }
+
+    /// Appends records durably: returns only after they are synced; concurrent callers share one sync (group
+    /// commit), and `payloads` are one write. Returns the ids given, in order. On any failure throws, and none of
+    /// these records exists afterwards, not even after a crash.
+    @discardableResult
+    func append(_ payloads: [Data]) throws -> [UInt64] {
+        let batch = try JournalBatch(kind: .put, id: 0, payloads: payloads, limit: options.maximumPayloadSize)
+        try commit(batch) { batch in
+            batch.assignIDs(from: nextID)
+            nextID += UInt64(batch.changes.count)
+        }
+        return batch.changes.map(\.id)
+    }
+
+    /// Replaces a live record's payload, durably (same group commit). Throws `.unknownRecord` if `id` is not live.
+    func update(_ id: UInt64, payload: Data) throws {
+        let batch = try JournalBatch(kind: .update, id: id, payloads: [payload], limit: options.maximumPayloadSize)
+        try commit(batch) { _ in
+            guard index[id] != nil else { throw JournalError.unknownRecord(id) }
+        }
+    }
+
+    /// Removes live records, durably (tombstones; same group commit), all or none. Ids that are not live are
+    /// ignored.
+    func remove(_ ids: [UInt64]) throws {
+        let batch = try JournalBatch(kind: .remove, id: 0, payloads: [], limit: 0)
+        try commit(batch) { batch in
+            var seen = Set<UInt64>()
+            batch.addRemovals(ids.filter { index[$0] != nil && seen.insert($0).inserted })
+        }
+    }
+
+    /// Releases the lock and closes the files; later calls throw `.closed`. Calls waiting for a sync that already
+    /// started complete; those still queued throw `.closed`.
+    func close() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !isClosed else { return }
+        isClosed = true
+        for batch in queue {
+            batch.result = .failure(.closed)
+            batch.wakeup.signal()
+        }
+        queue.removeAll()
+        if gatherTarget > 0 {
+            gatherTarget = 0
+            gathered.signal()
+        }
+        if leading {
+            let waiter = DispatchSemaphore(value: 0)
+            closeWaiter = waiter
+            lock.unlock()
+            waiter.wait()
+            lock.lock()
+        }
+        // A last try to cut off a failed call's records, which must not reappear at the next open.
+        if mustCut { try? cutOff(file, at: length) }
+        fileSystem.close(file)
+        fileSystem.close(lockFile)
+        fileSystem.close(directoryFile)
+    }
+
+    // MARK: - Group commit
+
+    /// Queues `batch` once `prepare` (run under the lock) accepts it, and returns when it is durable: as the
+    /// leader that writes it, or after a leader did.
+    private func commit(_ batch: JournalBatch, prepare: (JournalBatch) throws -> Void) throws {
+        lock.lock()
+        guard !isClosed else {
+            lock.unlock()
+            throw JournalError.closed
+        }
+        do {
+            try prepare(batch)
+        } catch {
+            lock.unlock()
+            throw error
+        }
+        guard !batch.changes.isEmpty else { return lock.unlock() }
+        queue.append(batch)
+        if gatherTarget > 0, queue.count >= gatherTarget {
+            gatherTarget = 0
+            gathered.signal()
+        }
+        if !leading {
+            leading = true
+            batch.leads = true
+        }
+        while true {
+            if batch.leads {
+                batch.leads = false
+                lead()
+            }
+            if let result = batch.result {
+                lock.unlock()
+                return try result.get()
+            }
+            lock.unlock()
+            batch.wakeup.wait()
+            lock.lock()
+        }
+    }
+
+    /// Gathers, then writes and syncs every queued batch as one, then applies them, or fails them all and cuts off
+    /// what was written; then hands the lead to the first call queued meanwhile. Called and returns with the lock
+    /// held; releases it to wait and for the I/O.
+    private func lead() {
+        gather()
+        let group = queue
+        queue.removeAll()
+        if !group.isEmpty { write(group) }
+        if let next = queue.first {
+            next.leads = true
+            next.wakeup.signal()
+        } else {
+            leading = false
+            closeWaiter?.signal()
+        }
+    }
+
+    /// If the last group held more calls than are queued, waits until as many are (their callers are likely on
+    /// their way back) or for as long as the last sync took, at most a millisecond: fewer, fuller syncs. With one
+    /// caller, or callers that do not come back, it costs nothing or one sync's time once (the next group's size
+    /// is then this one's). Under the lock.
+    private func gather() {
+        let target = lastGroupSize
+        guard target > 1, queue.count < target, !isClosed else { return }
+        gatherTarget = target
+        lock.unlock()
+        let outcome = gathered.wait(timeout: .now() + .nanoseconds(Int(min(lastSyncNanoseconds, 1_000_000))))
+        lock.lock()
+        // Timed out just as the target was reached: take the signal that was sent, so that it does not end the
+        // next gathering early.
+        if outcome == .timedOut, gatherTarget == 0 { gathered.wait() }
+        gatherTarget = 0
+    }
+
+    /// Writes and syncs `group`, applies it or fails it. Under the lock; releases it for the I/O.
+    private func write(_ group: [JournalBatch]) {
+        let start = length
+        let target = file
+        let cut = mustCut
+        let syncFolder = folderUnsynced
+        lock.unlock()
+        let (bytes, starts) = JournalBatch.concatenate(group)
+        var failure: JournalError?
+        var folderSynced = !syncFolder
+        var syncTime: UInt64 = 0
+        do {
+            if cut { try cutOff(target, at: start) }
+            if syncFolder {
+                try fileSystem.syncDirectory(directoryFile)
+                folderSynced = true
+            }
+            try fileSystem.write(target, bytes, at: start)
+            let syncStart = DispatchTime.now().uptimeNanoseconds
+            try fileSystem.syncData(target)
+            syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
+        } catch {
+            failure = Self.journalError(error)
+        }
+        // A group that failed must never exist, not even after a crash: whatever part of it was written is cut
+        // off, durably; if that fails too, the next leader tries again before writing anything.
+        let cutFailed = failure != nil && (try? cutOff(target, at: start)) == nil
+        lock.lock()
+        mustCut = cutFailed
+        folderUnsynced = !folderSynced
+        lastGroupSize = group.count
+        if syncTime > 0 { lastSyncNanoseconds = syncTime }
+        if let failure {
+            for batch in group { batch.result = .failure(failure) }
+        } else {
+            for (batch, base) in zip(group, starts) {
+                for change in batch.changes { apply(change, at: start + UInt64(base + change.offset)) }
+                batch.result = .success(())
+            }
+            length = start + UInt64(bytes.count)
+        }
+        for batch in group { batch.wakeup.signal() }
+        if failure == nil, !isClosed, shouldCompact() {
+            lock.unlock()
+            compact()
+            lock.lock()
+        }
+    }
+
+    private func cutOff(_ target: Int32, at start: UInt64) throws {
+        try fileSystem.truncate(target, to: start)
+        try fileSystem.syncData(target)
+    }
+
+    /// Applies a durable record to the live records, as recovery (`JournalScan`) would.
+    private func apply(_ change: JournalBatch.Change, at offset: UInt64) {
+        let location = JournalLocation(offset: offset, length: UInt32(change.length))
+        switch change.kind {
+        case .put:
+            index[change.id] = location
+            liveBytes += location.size
+        case .update:
+            // Not live: a removal committed first; this record is dead.
+            guard let old = index[change.id] else { return }
+            index[change.id] = location
+            liveBytes = liveBytes - old.size + location.size
+        case .remove:
+            if let old = index.removeValue(forKey: change.id) { liveBytes -= old.size }
+        }
+    }
+
+    // MARK: - Compaction
+
+    /// Whether the dead bytes exceed the live ones and the minimum. Under the lock.
+    private func shouldCompact() -> Bool {
+        let header = UInt64(JournalFormat.fileHeaderSize)
+        guard length >= header + liveBytes, length >= nextCompactionLength else { return false }
+        let dead = length - header - liveBytes
+        return dead > liveBytes && dead >= options.compactionMinimum
+    }
+
+    /// Rewrites the file with the live records (`JournalCompaction`). Runs as the leader or during `init`, without
+    /// the lock: no other thread uses the file or changes the index meanwhile. A failure leaves the journal as it
+    /// was; compaction is tried again once the file has grown by `compactionMinimum`.
+    private func compact() {
+        let (live, floor, old, before) = lock.withLock {
+            (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
+        }
+        let outcome: JournalCompaction.Outcome
+        do {
+            outcome = try JournalCompaction.run(
+                fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
+                old: old, live: live, floor: floor)
+        } catch {
+            lock.withLock { nextCompactionLength = before + options.compactionMinimum }
+            return
+        }
+        // Renamed: the new file is the journal from now on. Until the rename is durable, nothing is written.
+        let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
+        fileSystem.close(old)
+        lock.withLock {
+            file = outcome.file
+            index = outcome.index
+            liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }
+            length = outcome.length
+            folderUnsynced = !synced
+            nextCompactionLength = 0
+        }
+        for offset in outcome.damaged { events?(.skippedCorruptRecord(file: journalPath, offset: offset)) }
+        events?(.compacted(bytesBefore: before, bytesAfter: outcome.length))
+    }
+
+    private static func journalError(_ error: Error) -> JournalError {
+        error as? JournalError ?? .writeFailed(errno: EIO, operation: String(describing: error))
+    }
+}

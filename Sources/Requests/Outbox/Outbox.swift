@@ -78,7 +78,9 @@ public final class Outbox: @unchecked Sendable {
             throw Self.outboxError(error, directory: directory)
         }
         var unreadable = 0
-        for record in journal.recovered {
+        let recovered = journal.recovered
+        journal.releaseRecovered()
+        for record in recovered {
             guard let entry = OutboxRecord.decode(record.payload, id: record.id) else {
                 unreadable += 1
                 continue

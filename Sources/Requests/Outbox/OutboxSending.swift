@@ -175,6 +175,9 @@ extension Outbox {
         case let .recordTooLarge(size, limit): return .tooLarge(size: size, limit: limit)
         case let .writeFailed(code, operation): return .writeFailed("\(operation) failed: \(String(cString: strerror(code)))")
         case .closed: return .closed
+        case let .unsupportedVersion(_, version):
+            return .unusableFolder(directory, "its journal is of version \(version), which this version of Requests does not read")
+        case .unknownRecord: return .writeFailed(error.description)
         }
     }
 }

@@ -53,7 +53,7 @@ func outboxEnqueueSection(_ figures: OutboxEnqueueFigures) -> Section {
             verdict: verdict([single.entriesPerSecond], passes: single.entriesPerSecond >= OutboxGoals.enqueuesPerSecond)))
     section.rows.append(
         Row(
-            measure: "  its latency per call", library: "p50 \(milliseconds(single.percentile(0.5))), p99 \(milliseconds(single.percentile(0.99)))",
+            measure: "enqueue(_:) latency per call", library: "p50 \(milliseconds(single.percentile(0.5))), p99 \(milliseconds(single.percentile(0.99)))",
             baseline: "fsync alone: median \(milliseconds(figures.fsyncMedian))", comparison: "\(grouped(Double(single.calls))) calls",
             goal: "p99 < \(milliseconds(OutboxGoals.p99Seconds))",
             verdict: verdict([single.percentile(0.99)], passes: single.percentile(0.99) < OutboxGoals.p99Seconds)))
@@ -64,7 +64,7 @@ func outboxEnqueueSection(_ figures: OutboxEnqueueFigures) -> Section {
             verdict: batched.entriesPerSecond.isFinite ? .info : .failed))
     section.rows.append(
         Row(
-            measure: "  its latency per call", library: "p50 \(milliseconds(batched.percentile(0.5))), p99 \(milliseconds(batched.percentile(0.99)))",
+            measure: "enqueue(contentsOf:) latency per call", library: "p50 \(milliseconds(batched.percentile(0.5))), p99 \(milliseconds(batched.percentile(0.99)))",
             baseline: "", comparison: "\(grouped(Double(batched.calls))) calls", goal: "",
             verdict: batched.percentile(0.99).isFinite ? .info : .failed))
     section.rows.append(

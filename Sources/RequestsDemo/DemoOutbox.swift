@@ -228,8 +228,8 @@ func runOutboxStep(session: URLSession) {
     }
     runUntil(timeout: 10) { second.foundPending != nil || second.isClosed }
     let found = second.foundPending ?? 0
-    say("  child 2 (pid \(second.process.processIdentifier)) reopened the folder: \(found) notes pending (stored, answer not yet received), "
-            + "sent again with their original keys")
+    let pid = second.process.processIdentifier
+    say("  child 2 (pid \(pid)) reopened the folder: \(found) notes pending (stored, no answer yet), sent again with their original keys")
     watch(second, name: "child 2", timeout: 60) { second.drained }
     second.kill()
     let acked = Set(firstAcks + second.acks)

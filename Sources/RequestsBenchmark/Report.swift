@@ -8,6 +8,8 @@ enum Verdict: String {
     case info = "—"
     /// The measurement did not produce a number.
     case failed = "no number"
+    /// A correctness check failed (the outbox kill test lost or doubled an entry): the run fails.
+    case violated = "VIOLATED"
 }
 
 /// One line of the results table.
@@ -32,6 +34,8 @@ struct Section {
     var missedGoals: [String] { rows.filter { $0.verdict == .miss }.map { "\(name): \($0.measure)" } }
     /// The same for rows without a number.
     var missingNumbers: [String] { rows.filter { $0.verdict == .failed }.map { "\(name): \($0.measure)" } }
+    /// The same for rows whose correctness check failed.
+    var violations: [String] { rows.filter { $0.verdict == .violated }.map { "\(name): \($0.measure)" } }
 }
 
 private let headers = ["Measure", "Library (Requests)", "Baseline", "Library vs baseline", "Goal", "Result"]
@@ -70,7 +74,7 @@ func markdownTables(_ sections: [Section]) -> String {
         text += "|" + headers.map { _ in "---" }.joined(separator: "|") + "|\n"
         for row in section.rows {
             let values = cells(row).map(escape)
-            let result = row.verdict == .miss ? "**miss**" : values[5]
+            let result = row.verdict == .miss || row.verdict == .violated ? "**\(values[5])**" : values[5]
             text += "| " + (values.prefix(5) + [result]).joined(separator: " | ") + " |\n"
         }
         if !section.notes.isEmpty {

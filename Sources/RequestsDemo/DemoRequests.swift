@@ -43,6 +43,7 @@ enum DemoServer {
         server.protect(
             "/demo/vault", refreshPath: "/demo/refresh", response: .json(#"{"id":"vault","name":"Secret recipe"}"#),
             refreshDelayMilliseconds: 100)
+        NotesLedger.addRoutes(to: server)
         server.route("/demo/missing") { _ in
             .json(#"{"error":"no such recipe","code":"E404"}"#, status: 404)
         }

@@ -21,6 +21,10 @@ func say(_ text: String, terminator: String = "\n") {
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "--outbox-child" {
+    // The outbox step's child process (DemoOutbox.swift), not for people.
+    runOutboxDemoChild(Array(arguments.dropFirst()))
+}
 var embeddedServer: LoopbackServer?
 
 func startServer() -> LoopbackServer {
@@ -352,6 +356,10 @@ do {
             && reconnections.values.contains("reconnecting with Last-Event-ID: 5"),
         "every event once, in order, across a dropped connection resumed from its Last-Event-ID")
 }
+
+// 11. an outbox: a child process killed half-way, a second one sends what it left
+section("11. An outbox survives a kill")
+runOutboxStep(session: session)
 
 say("")
 say(failures == 0 ? "All demo steps behaved as described." : "\(failures) demo step(s) did not behave as described.")

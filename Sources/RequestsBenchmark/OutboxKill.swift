@@ -188,16 +188,16 @@ func runOutboxKillTest(_ settings: OutboxKillSettings, server: LoopbackServer) -
 }
 
 /// A kill 2–60 ms after the child starts (20 %) or after it opened the outbox (40 %), or after a random number of
-/// acknowledgements (40 %). Each child may make at most a random 1…2× its share of the remaining entries (a tenth of
-/// the kills is kept for after the last acknowledgement), so the entries last; those last kills land 1–10 ms after a
-/// child opened, while it sends what it found pending.
+/// acknowledgements (40 %). Each child may make at most a random number up to its share of the remaining entries (half of it on
+/// average), so the entries outlast the kills and every kill lands while a child enqueues and sends; kills planned
+/// after the last acknowledgement land 1–10 ms after a child opened, while it sends what it found pending.
 private func chooseKillPlan(_ random: inout SplitMix64, start: Int, settings: OutboxKillSettings, killsLeft: Int) -> KillPlan {
     let remaining = settings.entries - start
     guard remaining > 0 else { return .afterOpen(milliseconds: Int.random(in: 1...10, using: &random), cap: 1) }
     let delay = Int.random(in: 2...60, using: &random)
     let draw = random.nextDouble()
-    let share = max(1, remaining / max(1, killsLeft - settings.kills / 10))
-    let cap = Int.random(in: 1...(2 * share), using: &random)
+    let share = max(1, remaining / max(1, killsLeft))
+    let cap = Int.random(in: 1...share, using: &random)
     if draw < 0.2 { return .afterStart(milliseconds: delay, cap: cap) }
     if draw < 0.6 { return .afterOpen(milliseconds: delay, cap: cap) }
     return .afterAcks(cap)

@@ -56,6 +56,9 @@ final class Journal: @unchecked Sendable {
     /// The number of calls the last group held, and how long its sync took: a leader that finds fewer calls queued
     /// waits up to one sync's time for as many (see `gather()`).
     private var lastGroupSize = 0
+    /// Groups written, and calls in them, since the journal opened.
+    private var groupsWritten = 0
+    private var callsWritten = 0
     private var lastSyncNanoseconds: UInt64 = 0
     /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
     private var gatherTarget = 0
@@ -143,6 +146,9 @@ final class Journal: @unchecked Sendable {
 
     /// The calls queued for the next group commit (not those being written): for tests and monitors.
     var queuedCallCount: Int { lock.withLock { queue.count } }
+
+    /// Group commits written since the journal opened, and the calls they held: for benchmarks and monitors.
+    var groupCommits: (groups: Int, calls: Int) { lock.withLock { (groupsWritten, callsWritten) } }
 
     /// Appends records durably: returns only after they are synced; concurrent callers share one sync (group
     /// commit), and `payloads` are one write. Returns the ids given, in order. On any failure throws, and none of
@@ -311,6 +317,8 @@ final class Journal: @unchecked Sendable {
         mustCut = cutFailed
         folderUnsynced = !folderSynced
         lastGroupSize = group.count
+        groupsWritten += 1
+        callsWritten += group.count
         if syncTime > 0 { lastSyncNanoseconds = syncTime }
         if let failure {
             for batch in group { batch.result = .failure(failure) }

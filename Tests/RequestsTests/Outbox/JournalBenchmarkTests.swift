@@ -21,7 +21,8 @@ final class JournalBenchmarkTests: XCTestCase {
         guard ProcessInfo.processInfo.environment["REQUESTS_JOURNAL_BENCH"] == "1" else {
             throw XCTSkip("a benchmark: set REQUESTS_JOURNAL_BENCH=1 to run it")
         }
-        let base = ProcessInfo.processInfo.environment["REQUESTS_JOURNAL_BENCH_DIR"].map { URL(fileURLWithPath: $0) }
+        let base =
+            ProcessInfo.processInfo.environment["REQUESTS_JOURNAL_BENCH_DIR"].map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.temporaryDirectory
         parent = base.appendingPathComponent("journal-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
@@ -99,7 +100,8 @@ final class JournalBenchmarkTests: XCTestCase {
         let groups = journal.groupCommits
         report(
             String(
-                format: "%d thread(s), %2d record(s) per call, 256 B each: %7.0f durable appends/s (%6.0f calls/s; %4.1f calls per sync), call latency p50 %.3f ms, p99 %.3f ms, max %.3f ms",
+                format:
+                    "%d thread(s), %2d record(s) per call, 256 B each: %7.0f durable appends/s (%6.0f calls/s; %4.1f calls per sync), call latency p50 %.3f ms, p99 %.3f ms, max %.3f ms",
                 threads, batch, records / seconds, Double(all.count) / seconds, Double(groups.calls) / Double(max(groups.groups, 1)),
                 all[all.count / 2], all[all.count * 99 / 100], all[all.count - 1]))
     }
@@ -136,9 +138,13 @@ final class JournalBenchmarkTests: XCTestCase {
     }
 
     private func residentBytes() -> Int {
+        #if os(Linux)
         guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
         let fields = statm.split(separator: " ")
         return fields.count > 1 ? (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) : 0
+        #else
+        return 0  // Measured on Linux only.
+        #endif
     }
 
     private func report(_ line: String) {

@@ -153,6 +153,7 @@ final class JournalTests: XCTestCase {
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.id), [1])
     }
 
+    #if os(macOS) || os(Linux)
     func testAnotherProcessHoldingTheLockIsRefused() throws {
         let flockTool = ["/usr/bin/flock", "/bin/flock"].first { FileManager.default.isExecutableFile(atPath: $0) }
         guard let flockTool else { throw XCTSkip("no flock(1) to hold the lock from another process") }
@@ -175,6 +176,7 @@ final class JournalTests: XCTestCase {
         XCTAssertEqual(child.terminationStatus, 0)
         XCTAssertNoThrow(try Journal(directory: folder))
     }
+    #endif
 
     func testErrorsDescribeThemselves() {
         let url = URL(fileURLWithPath: "/tmp/x")

@@ -69,54 +69,22 @@ final class Journal: @unchecked Sendable {
 
     /// Opens the journal with `options` through `fileSystem` (tests fail its calls or simulate crashes).
     init(directory: URL, options: Options = Options(), fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
+        let opened = try Self.open(directory, fileSystem: fileSystem, events: events)
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem
         self.events = events
-        let journalURL = directory.appendingPathComponent(Self.journalName)
-        journalPath = journalURL.path
-        directoryFile = try fileSystem.openDirectory(directory)
-        var opened = [directoryFile]
-        var rewrite = false
-        do {
-            lockFile = try fileSystem.openFile(Self.lockName, in: directoryFile, at: directory.appendingPathComponent(Self.lockName), exclusive: false)
-            opened.append(lockFile)
-            guard try fileSystem.lock(lockFile) else { throw JournalError.lockedByAnotherProcess(directory) }
-            try fileSystem.removeFile(JournalCompaction.temporaryName, in: directoryFile)
-            file = try fileSystem.openFile(Self.journalName, in: directoryFile, at: journalURL, exclusive: false)
-            opened.append(file)
-            let size = try fileSystem.size(of: file)
-            let bytes = try fileSystem.read(file, at: 0, count: Int(size))
-            let scan = bytes.withUnsafeBytes { JournalScan($0, file: journalURL.path) }
-            if let version = scan.unsupportedVersion { throw JournalError.unsupportedVersion(journalURL, version: version) }
-            for event in scan.events { events?(event) }
-            index = scan.index
-            liveBytes = scan.liveBytes
-            nextID = max(scan.floor, scan.highestID + 1, 1)
-            recoveredRecords = scan.index.sorted { $0.key < $1.key }.map { id, location in
-                let start = Int(location.offset) + JournalFormat.recordHeaderSize
-                return JournalRecord(id: id, payload: bytes.subdata(in: start..<start + Int(location.length)))
-            }
-            length = scan.validLength
-            if scan.validLength < JournalFormat.fileHeaderSize {
-                // A new file, or one too short for a header: it holds nothing; it gets a header, and its name is
-                // made durable before anything is written to it.
-                try fileSystem.truncate(file, to: 0)
-                try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
-                try fileSystem.syncData(file)
-                try fileSystem.syncDirectory(directoryFile)
-                length = UInt64(JournalFormat.fileHeaderSize)
-            } else if scan.validLength < size {
-                try fileSystem.truncate(file, to: scan.validLength)
-                try fileSystem.syncData(file)
-            }
-            rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
-        } catch {
-            for descriptor in opened.reversed() { fileSystem.close(descriptor) }
-            throw error
-        }
+        journalPath = opened.path
+        directoryFile = opened.directory
+        lockFile = opened.lock
+        file = opened.file
+        length = opened.length
+        index = opened.scan.index
+        liveBytes = opened.scan.liveBytes
+        nextID = opened.nextID
+        recoveredRecords = opened.records
         // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
-        if rewrite || lock.withLock({ shouldCompact() }) {
+        if opened.rewrite || lock.withLock({ shouldCompact() }) {
             for event in compact() { events?(event) }
         }
     }

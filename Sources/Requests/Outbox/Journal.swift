@@ -16,18 +16,6 @@ import Darwin
 /// Memory: the journal keeps 16 bytes per live record plus its dictionary slot (the payloads stay on disk), and the
 /// records recovered at open until ``releaseRecovered()``.
 final class Journal: @unchecked Sendable {
-    /// Limits, which tests make small.
-    struct Options: Sendable {
-        /// The largest payload accepted.
-        var maximumPayloadSize = JournalFormat.maximumPayloadSize
-        /// Compaction runs when the file's dead bytes exceed its live bytes and this many bytes.
-        var compactionMinimum: UInt64 = 1 << 20
-        init() {}
-    }
-
-    static let journalName = "journal"
-    static let lockName = "journal.lock"
-
     /// The journal's folder.
     let directory: URL
     let options: Options
@@ -56,6 +44,9 @@ final class Journal: @unchecked Sendable {
     /// The number of calls the last group held, and how long its sync took: a leader that finds fewer calls queued
     /// waits up to one sync's time for as many (see `gather()`).
     private var lastGroupSize = 0
+    /// Groups written, and calls in them, since the journal opened.
+    private var groupsWritten = 0
+    private var callsWritten = 0
     private var lastSyncNanoseconds: UInt64 = 0
     /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
     private var gatherTarget = 0
@@ -69,62 +60,33 @@ final class Journal: @unchecked Sendable {
 
     /// Opens or creates the journal in `directory` (created `0700`, files `0600`; refuses a symbolic link or a
     /// folder of another user), takes an exclusive lock, and recovers the live records. `events` hears of damage
-    /// found and of compactions, synchronously on the thread that found them (during this initializer for what
-    /// recovery finds), never while the journal's lock is held.
+    /// found and of compactions on the thread that found them: during this initializer for what recovery finds, and
+    /// before the call whose group commit compacted returns; never while the journal is locked or led by that
+    /// thread, so that the handler may call the journal.
     convenience init(directory: URL, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
         try self.init(directory: directory, options: Options(), fileSystem: PosixJournalFileSystem(), events: events)
     }
 
     /// Opens the journal with `options` through `fileSystem` (tests fail its calls or simulate crashes).
     init(directory: URL, options: Options = Options(), fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
+        let opened = try Self.open(directory, fileSystem: fileSystem, events: events)
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem
         self.events = events
-        let journalURL = directory.appendingPathComponent(Self.journalName)
-        journalPath = journalURL.path
-        directoryFile = try fileSystem.openDirectory(directory)
-        var opened = [directoryFile]
-        var rewrite = false
-        do {
-            lockFile = try fileSystem.openFile(Self.lockName, in: directoryFile, at: directory.appendingPathComponent(Self.lockName), exclusive: false)
-            opened.append(lockFile)
-            guard try fileSystem.lock(lockFile) else { throw JournalError.lockedByAnotherProcess(directory) }
-            try fileSystem.removeFile(JournalCompaction.temporaryName, in: directoryFile)
-            file = try fileSystem.openFile(Self.journalName, in: directoryFile, at: journalURL, exclusive: false)
-            opened.append(file)
-            let size = try fileSystem.size(of: file)
-            let bytes = try fileSystem.read(file, at: 0, count: Int(size))
-            let scan = bytes.withUnsafeBytes { JournalScan($0, file: journalURL.path) }
-            if let version = scan.unsupportedVersion { throw JournalError.unsupportedVersion(journalURL, version: version) }
-            for event in scan.events { events?(event) }
-            index = scan.index
-            liveBytes = scan.liveBytes
-            nextID = max(scan.floor, scan.highestID + 1, 1)
-            recoveredRecords = scan.index.sorted { $0.key < $1.key }.map { id, location in
-                let start = Int(location.offset) + JournalFormat.recordHeaderSize
-                return JournalRecord(id: id, payload: bytes.subdata(in: start..<start + Int(location.length)))
-            }
-            length = scan.validLength
-            if scan.validLength < JournalFormat.fileHeaderSize {
-                // A new file, or one too short for a header: it holds nothing; it gets a header, and its name is
-                // made durable before anything is written to it.
-                try fileSystem.truncate(file, to: 0)
-                try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
-                try fileSystem.syncData(file)
-                try fileSystem.syncDirectory(directoryFile)
-                length = UInt64(JournalFormat.fileHeaderSize)
-            } else if scan.validLength < size {
-                try fileSystem.truncate(file, to: scan.validLength)
-                try fileSystem.syncData(file)
-            }
-            rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
-        } catch {
-            for descriptor in opened.reversed() { fileSystem.close(descriptor) }
-            throw error
-        }
+        journalPath = opened.path
+        directoryFile = opened.directory
+        lockFile = opened.lock
+        file = opened.file
+        length = opened.length
+        index = opened.scan.index
+        liveBytes = opened.scan.liveBytes
+        nextID = opened.nextID
+        recoveredRecords = opened.records
         // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
-        if rewrite || lock.withLock({ shouldCompact() }) { compact() }
+        if opened.rewrite || lock.withLock({ shouldCompact() }) {
+            for event in compact() { events?(event) }
+        }
     }
 
     deinit { close() }
@@ -143,6 +105,9 @@ final class Journal: @unchecked Sendable {
 
     /// The calls queued for the next group commit (not those being written): for tests and monitors.
     var queuedCallCount: Int { lock.withLock { queue.count } }
+
+    /// Group commits written since the journal opened, and the calls they held: for benchmarks and monitors.
+    var groupCommits: (groups: Int, calls: Int) { lock.withLock { (groupsWritten, callsWritten) } }
 
     /// Appends records durably: returns only after they are synced; concurrent callers share one sync (group
     /// commit), and `payloads` are one write. Returns the ids given, in order. On any failure throws, and none of
@@ -231,13 +196,16 @@ final class Journal: @unchecked Sendable {
             leading = true
             batch.leads = true
         }
+        // What this thread's leads found, told once it no longer leads: a handler may call the journal.
+        var found: [JournalEvent] = []
         while true {
             if batch.leads {
                 batch.leads = false
-                lead()
+                found += lead()
             }
             if let result = batch.result {
                 lock.unlock()
+                for event in found { events?(event) }
                 return try result.get()
             }
             lock.unlock()
@@ -248,12 +216,12 @@ final class Journal: @unchecked Sendable {
 
     /// Gathers, then writes and syncs every queued batch as one, then applies them, or fails them all and cuts off
     /// what was written; then hands the lead to the first call queued meanwhile. Called and returns with the lock
-    /// held; releases it to wait and for the I/O.
-    private func lead() {
+    /// held; releases it to wait and for the I/O. Returns the events of a compaction.
+    private func lead() -> [JournalEvent] {
         gather()
         let group = queue
         queue.removeAll()
-        if !group.isEmpty { write(group) }
+        let found = group.isEmpty ? [] : write(group)
         if let next = queue.first {
             next.leads = true
             next.wakeup.signal()
@@ -261,6 +229,7 @@ final class Journal: @unchecked Sendable {
             leading = false
             closeWaiter?.signal()
         }
+        return found
     }
 
     /// If the last group held more calls than are queued, waits until as many are (their callers are likely on
@@ -280,8 +249,9 @@ final class Journal: @unchecked Sendable {
         gatherTarget = 0
     }
 
-    /// Writes and syncs `group`, applies it or fails it. Under the lock; releases it for the I/O.
-    private func write(_ group: [JournalBatch]) {
+    /// Writes and syncs `group`, applies it or fails it, and compacts if it is time. Under the lock; releases it for
+    /// the I/O. Returns the events of a compaction.
+    private func write(_ group: [JournalBatch]) -> [JournalEvent] {
         let start = length
         let target = file
         let cut = mustCut
@@ -302,7 +272,7 @@ final class Journal: @unchecked Sendable {
             try fileSystem.syncData(target)
             syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
         } catch {
-            failure = Self.journalError(error)
+            failure = JournalError(error)
         }
         // A group that failed must never exist, not even after a crash: whatever part of it was written is cut
         // off, durably; if that fails too, the next leader tries again before writing anything.
@@ -311,6 +281,8 @@ final class Journal: @unchecked Sendable {
         mustCut = cutFailed
         folderUnsynced = !folderSynced
         lastGroupSize = group.count
+        groupsWritten += 1
+        callsWritten += group.count
         if syncTime > 0 { lastSyncNanoseconds = syncTime }
         if let failure {
             for batch in group { batch.result = .failure(failure) }
@@ -322,11 +294,10 @@ final class Journal: @unchecked Sendable {
             length = start + UInt64(bytes.count)
         }
         for batch in group { batch.wakeup.signal() }
-        if failure == nil, !isClosed, shouldCompact() {
-            lock.unlock()
-            compact()
-            lock.lock()
-        }
+        guard failure == nil, !isClosed, shouldCompact() else { return [] }
+        lock.unlock()
+        defer { lock.lock() }
+        return compact()
     }
 
     private func cutOff(_ target: Int32, at start: UInt64) throws {
@@ -361,10 +332,10 @@ final class Journal: @unchecked Sendable {
         return dead > liveBytes && dead >= options.compactionMinimum
     }
 
-    /// Rewrites the file with the live records (`JournalCompaction`). Runs as the leader or during `init`, without
-    /// the lock: no other thread uses the file or changes the index meanwhile. A failure leaves the journal as it
-    /// was; compaction is tried again once the file has grown by `compactionMinimum`.
-    private func compact() {
+    /// Rewrites the file with the live records (`JournalCompaction`) and returns what to tell. Runs as the leader or
+    /// during `init`, without the lock: no other thread uses the file or changes the index meanwhile. A failure
+    /// leaves the journal as it was; compaction is tried again once the file has grown by `compactionMinimum`.
+    private func compact() -> [JournalEvent] {
         let (live, floor, old, before) = lock.withLock {
             (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
         }
@@ -375,7 +346,7 @@ final class Journal: @unchecked Sendable {
                 old: old, live: live, floor: floor)
         } catch {
             lock.withLock { nextCompactionLength = before + options.compactionMinimum }
-            return
+            return []
         }
         // Renamed: the new file is the journal from now on. Until the rename is durable, nothing is written.
         let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
@@ -388,11 +359,6 @@ final class Journal: @unchecked Sendable {
             folderUnsynced = !synced
             nextCompactionLength = 0
         }
-        for offset in outcome.damaged { events?(.skippedCorruptRecord(file: journalPath, offset: offset)) }
-        events?(.compacted(bytesBefore: before, bytesAfter: outcome.length))
-    }
-
-    private static func journalError(_ error: Error) -> JournalError {
-        error as? JournalError ?? .writeFailed(errno: EIO, operation: String(describing: error))
+        return outcome.damaged.map { .skippedCorruptRecord(file: journalPath, offset: $0) } + [.compacted(bytesBefore: before, bytesAfter: outcome.length)]
     }
 }

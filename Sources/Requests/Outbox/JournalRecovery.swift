@@ -95,3 +95,64 @@ struct JournalScan: Equatable {
         }
     }
 }
+
+extension Journal {
+    /// What opening found, and the open descriptors.
+    struct Opened {
+        var path: String
+        var directory: Int32
+        var lock: Int32
+        var file: Int32
+        var scan: JournalScan
+        var records: [JournalRecord]
+        var nextID: UInt64
+        var length: UInt64
+        var rewrite: Bool
+    }
+
+    /// Opens the folder, takes the lock, reads the journal file and repairs it (a header for a new file, a torn tail
+    /// cut off); tells what recovery found. On failure closes what it opened.
+    static func open(_ directory: URL, fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)?) throws -> Opened {
+        let journalURL = directory.appendingPathComponent(journalName)
+        let folder = try fileSystem.openDirectory(directory)
+        var descriptors = [folder]
+        do {
+            let lock = try fileSystem.openFile(lockName, in: folder, at: directory.appendingPathComponent(lockName), exclusive: false)
+            descriptors.append(lock)
+            guard try fileSystem.lock(lock) else { throw JournalError.lockedByAnotherProcess(directory) }
+            try fileSystem.removeFile(JournalCompaction.temporaryName, in: folder)
+            let file = try fileSystem.openFile(journalName, in: folder, at: journalURL, exclusive: false)
+            descriptors.append(file)
+            let size = try fileSystem.size(of: file)
+            let bytes = try fileSystem.read(file, at: 0, count: Int(size))
+            let scan = bytes.withUnsafeBytes { JournalScan($0, file: journalURL.path) }
+            if let version = scan.unsupportedVersion { throw JournalError.unsupportedVersion(journalURL, version: version) }
+            let records = scan.index.sorted { $0.key < $1.key }.map { id, location in
+                let start = Int(location.offset) + JournalFormat.recordHeaderSize
+                return JournalRecord(id: id, payload: bytes.subdata(in: start..<start + Int(location.length)))
+            }
+            let nextID = max(scan.floor, scan.highestID + 1, 1)
+            var length = scan.validLength
+            if scan.validLength < JournalFormat.fileHeaderSize {
+                // A new file, or one too short for a header: it holds nothing, and gets a header.
+                try fileSystem.truncate(file, to: 0)
+                try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
+                length = UInt64(JournalFormat.fileHeaderSize)
+            } else if scan.validLength < size {
+                try fileSystem.truncate(file, to: scan.validLength)
+            }
+            // What was recovered, and the file's name, are durable before anything is reported or acknowledged: a
+            // process that died after creating the file, or after writing without syncing, left them in doubt.
+            try fileSystem.syncData(file)
+            try fileSystem.syncDirectory(folder)
+            for event in scan.events { events?(event) }
+            let rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
+            return Opened(
+                path: journalURL.path, directory: folder, lock: lock, file: file, scan: scan, records: records, nextID: nextID, length: length,
+                rewrite: rewrite)
+        } catch {
+            for descriptor in descriptors.reversed() { fileSystem.close(descriptor) }
+            throw error
+        }
+    }
+}

@@ -63,3 +63,24 @@ enum JournalError: Error, Equatable, CustomStringConvertible {
         }
     }
 }
+
+extension JournalError {
+    /// `error` if it is a `JournalError`, else a failed call that names it.
+    init(_ error: Error) {
+        self = error as? JournalError ?? .writeFailed(errno: EIO, operation: String(describing: error))
+    }
+}
+
+extension Journal {
+    /// Limits, which tests make small.
+    struct Options: Sendable {
+        /// The largest payload accepted.
+        var maximumPayloadSize = JournalFormat.maximumPayloadSize
+        /// Compaction runs when the file's dead bytes exceed its live bytes and this many bytes.
+        var compactionMinimum: UInt64 = 1 << 20
+        init() {}
+    }
+
+    static let journalName = "journal"
+    static let lockName = "journal.lock"
+}

@@ -217,6 +217,26 @@ final class JournalFaultTests: XCTestCase {
             XCTAssertThrowsError(try open(folder, fileSystem), "\(call)") { XCTAssertEqual($0 as? JournalError, .writeFailed(errno: EIO, operation: call.rawValue)) }
         }
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.id), [1], "no lock was left held")
+        // A new journal's header, and a torn tail's cut-off.
+        let fresh = makeJournalFolder(self, "fresh")
+        for call in [FaultyFileSystem.Call.truncate, .write, .syncData, .syncDirectory] {
+            let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
+            fileSystem.setFault { made, _, _ in made == call ? .fail(errno: ENOSPC, writtenFirst: 0) : nil }
+            XCTAssertThrowsError(try open(fresh, fileSystem), "\(call)") { XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: call.rawValue)) }
+        }
+        let journal = try Journal(directory: fresh)
+        XCTAssertEqual(try journal.append([samplePayload(1)]), [1])
+        journal.close()
+        let torn = try FileHandle(forWritingTo: fresh.appendingPathComponent("journal"))
+        try torn.seekToEnd()
+        try torn.write(contentsOf: Data("RQJR torn".utf8))
+        try torn.close()
+        for call in [FaultyFileSystem.Call.truncate, .syncData] {
+            let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
+            fileSystem.setFault { made, _, _ in made == call ? .fail(errno: EIO, writtenFirst: 0) : nil }
+            XCTAssertThrowsError(try open(fresh, fileSystem), "\(call)") { XCTAssertEqual($0 as? JournalError, .writeFailed(errno: EIO, operation: call.rawValue)) }
+        }
+        XCTAssertEqual(try Journal(directory: fresh).recovered.map(\.id), [1])
     }
 }
 

@@ -179,7 +179,8 @@ final class JournalRecoveryTests: XCTestCase {
             let (records, events) = try open(history.file.prefix(cut))
             let checkpoint = history.checkpoints.last { $0.length <= cut } ?? (0, [])
             XCTAssertEqual(records, checkpoint.live, "cut at \(cut)")
-            let expected: [JournalEvent] = cut == checkpoint.length || cut == 0 ? [] : [.discardedTornTail(file: memoryFolder.appendingPathComponent("journal").path, offset: UInt64(checkpoint.length))]
+            let expected: [JournalEvent] =
+                cut == checkpoint.length || cut == 0 ? [] : [.discardedTornTail(file: memoryFolder.appendingPathComponent("journal").path, offset: UInt64(checkpoint.length))]
             XCTAssertEqual(events, expected, "cut at \(cut)")
         }
     }

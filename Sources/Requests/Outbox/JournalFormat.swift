@@ -91,16 +91,19 @@ enum JournalFormat {
 
     /// Appends a record header to `buffer`; `patch(id:in:at:)` may change its id later.
     static func appendRecordHeader(_ header: RecordHeader, to buffer: inout Data) {
-        let start = buffer.count
-        buffer.append(contentsOf: recordMagic)
-        buffer.append(header.kind.rawValue)
-        buffer.append(header.continues ? 1 : 0)
-        buffer.append(contentsOf: [0, 0])
-        append(header.id, to: &buffer)
-        append(UInt32(header.length), to: &buffer)
-        append(header.payloadCRC, to: &buffer)
-        let checksum = buffer.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[start..<start + 24])) }
-        append(checksum, to: &buffer)
+        // Built in a fixed array and appended once: appending small pieces to `Data` costs several times more.
+        var bytes = [UInt8](repeating: 0, count: 28)
+        bytes.withUnsafeMutableBytes { raw in
+            for (index, byte) in recordMagic.enumerated() { raw[index] = byte }
+            raw[4] = header.kind.rawValue
+            raw[5] = header.continues ? 1 : 0
+            raw.storeBytes(of: header.id.littleEndian, toByteOffset: 8, as: UInt64.self)
+            raw.storeBytes(of: UInt32(header.length).littleEndian, toByteOffset: 16, as: UInt32.self)
+            raw.storeBytes(of: header.payloadCRC.littleEndian, toByteOffset: 20, as: UInt32.self)
+            let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<24]))
+            raw.storeBytes(of: checksum.littleEndian, toByteOffset: 24, as: UInt32.self)
+        }
+        buffer.append(contentsOf: bytes)
     }
 
     /// Sets the id of the record header at `offset` of `buffer`, and its checksum.

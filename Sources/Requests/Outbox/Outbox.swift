@@ -121,7 +121,8 @@ public final class Outbox: @unchecked Sendable {
     /// Stores `requests` durably, with one `fsync`, in this order in `lane`; all or none are stored.
     @discardableResult
     public func enqueue<R: OutboxRequest>(contentsOf requests: [R], lane: String? = nil, expiresAt: Date? = nil) throws -> [OutboxEntry] {
-        guard types[R.outboxName] != nil else { throw OutboxError.unregisteredType(R.outboxName) }
+        let typeName = R.outboxName
+        guard types[typeName] != nil else { throw OutboxError.unregisteredType(typeName) }
         guard !requests.isEmpty else { return [] }
         let now = Date()
         let expiry = expiresAt ?? options.expiresAfter.map { now.addingTimeInterval($0) }
@@ -132,11 +133,11 @@ public final class Outbox: @unchecked Sendable {
             do {
                 encoded = try encoder.encode(request)
             } catch {
-                throw OutboxError.cannotEncode(requestType: R.outboxName, OutboxVerdict.describe(error))
+                throw OutboxError.cannotEncode(requestType: typeName, OutboxVerdict.describe(error))
             }
             entries.append(
                 OutboxEntry(
-                    id: 0, idempotencyKey: UUID().uuidString.lowercased(), lane: lane, requestType: R.outboxName,
+                    id: 0, idempotencyKey: OutboxRecord.newKey(), lane: lane, requestType: typeName,
                     enqueuedAt: now, expiresAt: expiry, attempts: 0, deadLetter: nil, encodedRequest: encoded))
         }
         guard lock.withLock({ !isClosed }) else { throw OutboxError.closed }

@@ -30,7 +30,7 @@ struct OutboxLanes {
     private var ready: [UInt64] = []
     private var readyHead = 0
     /// Each lane's pending entries; the first is the lane's head (ready, running or in backoff), the rest wait.
-    private var lanes: [String: [UInt64]] = [:]
+    private var lanes: [String: LaneQueue] = [:]
     private(set) var pendingCount = 0
     private(set) var deadLetterCount = 0
 
@@ -42,25 +42,21 @@ struct OutboxLanes {
     /// Adds a pending entry; it is ready at once unless its lane has an entry before it.
     mutating func addPending(_ entry: OutboxEntry) {
         pendingCount += 1
-        guard let lane = entry.lane else {
+        guard let lane = entry.lane, let last = lanes[lane]?.last else {
             slots[entry.id] = Slot(entry: entry, phase: .ready)
             ready.append(entry.id)
+            if let lane = entry.lane { lanes[lane] = LaneQueue(first: entry.id) }
             return
         }
-        var queue = lanes[lane, default: []]
-        if queue.isEmpty {
-            slots[entry.id] = Slot(entry: entry, phase: .ready)
-            ready.append(entry.id)
-            queue.append(entry.id)
+        slots[entry.id] = Slot(entry: entry, phase: .waiting)
+        if last < entry.id {
+            lanes[lane]?.append(entry.id)  // in place: the common case, enqueues in identifier order
         } else {
-            slots[entry.id] = Slot(entry: entry, phase: .waiting)
             // Concurrent enqueues may arrive out of identifier order: a waiting entry goes after those with smaller
             // identifiers, so that the order here is the order after a restart.
-            var index = queue.count
-            while index > 1, queue[index - 1] > entry.id, slots[queue[index - 1]]?.phase == .waiting { index -= 1 }
-            queue.insert(entry.id, at: index)
+            let slots = self.slots
+            lanes[lane]?.insertWaiting(entry.id) { slots[$0]?.phase == .waiting }
         }
-        lanes[lane] = queue
     }
 
     /// Adds a parked entry (found parked on open).
@@ -138,16 +134,53 @@ struct OutboxLanes {
     }
 
     private mutating func leaveLane(_ entry: OutboxEntry) {
-        guard let lane = entry.lane, var queue = lanes[lane], let index = queue.firstIndex(of: entry.id) else { return }
-        queue.remove(at: index)
-        if index == 0, let next = queue.first, slots[next]?.phase == .waiting {
+        guard let lane = entry.lane, let wasHead = lanes[lane]?.remove(entry.id) else { return }
+        if lanes[lane]?.isEmpty ?? true {
+            lanes[lane] = nil
+        } else if wasHead, let next = lanes[lane]?.first, slots[next]?.phase == .waiting {
             makeReady(next)
         }
-        lanes[lane] = queue.isEmpty ? nil : queue
     }
 
     /// Pending entries in identifier order, then parked ones.
     func entries(parked: Bool) -> [OutboxEntry] {
         slots.values.filter { ($0.phase == .parked) == parked }.map(\.entry).sorted { $0.id < $1.id }
+    }
+}
+
+/// One lane's pending entries, in order; the first is the lane's head. Removing the head is O(1) (amortised).
+struct LaneQueue {
+    private var ids: [UInt64]
+    private var head = 0
+
+    init(first: UInt64) { ids = [first] }
+
+    var first: UInt64? { head < ids.count ? ids[head] : nil }
+    var last: UInt64? { head < ids.count ? ids.last : nil }
+    var isEmpty: Bool { head >= ids.count }
+
+    mutating func append(_ id: UInt64) { ids.append(id) }
+
+    /// Inserts `id` after the entries with smaller identifiers, but only among those `isWaiting` says have not
+    /// started (never before the head).
+    mutating func insertWaiting(_ id: UInt64, isWaiting: (UInt64) -> Bool) {
+        var index = ids.count
+        while index > head + 1, ids[index - 1] > id, isWaiting(ids[index - 1]) { index -= 1 }
+        ids.insert(id, at: index)
+    }
+
+    /// Removes `id`; returns whether it was the head, or `nil` when it is not in the lane.
+    mutating func remove(_ id: UInt64) -> Bool? {
+        if first == id {
+            head += 1
+            if head > 64, head * 2 > ids.count {
+                ids.removeFirst(head)
+                head = 0
+            }
+            return true
+        }
+        guard let index = ids[head...].firstIndex(of: id) else { return nil }
+        ids.remove(at: index)
+        return false
     }
 }

@@ -7,8 +7,31 @@ enum OutboxRecord {
     /// The largest response body kept with a parked entry.
     static let maximumParkedBody = 64 << 10
 
+    /// A random (version 4) UUID in lower case, the form the `Idempotency-Key` is sent in. Formatted here because
+    /// `UUID().uuidString.lowercased()` costs as much as the rest of an enqueue's bookkeeping.
+    static func newKey() -> String {
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        let uuid = UUID().uuid
+        return withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { buffer in
+                var position = 0
+                for (index, byte) in bytes.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        buffer[position] = UInt8(ascii: "-")
+                        position += 1
+                    }
+                    buffer[position] = hex[Int(byte >> 4)]
+                    buffer[position + 1] = hex[Int(byte & 0x0F)]
+                    position += 2
+                }
+                return position
+            }
+        }
+    }
+
     static func encode(_ entry: OutboxEntry) -> Data {
         var writer = RecordWriter()
+        writer.bytes.reserveCapacity(entry.encodedRequest.count + entry.idempotencyKey.utf8.count + entry.requestType.utf8.count + (entry.lane?.utf8.count ?? 0) + 64)
         writer.byte(version)
         writer.string(entry.idempotencyKey)
         writer.optionalString(entry.lane)
@@ -45,7 +68,7 @@ enum OutboxRecord {
         } else {
             writer.byte(0)
         }
-        return writer.data
+        return Data(writer.bytes)
     }
 
     /// The entry stored as `data` under `id`, or `nil` for bytes this version does not read.
@@ -98,22 +121,26 @@ enum OutboxRecord {
     }
 }
 
-/// Appends fields: bytes and strings as a 4-byte little-endian length and the bytes; doubles as 8 bytes.
+/// Appends fields: bytes and strings as a 4-byte little-endian length and the bytes; doubles as 8 bytes. Into an
+/// array, made `Data` once: appending small pieces to `Data` costs several times more.
 private struct RecordWriter {
-    var data = Data()
+    var bytes: [UInt8] = []
 
-    mutating func byte(_ value: UInt8) { data.append(value) }
+    mutating func byte(_ value: UInt8) { bytes.append(value) }
 
     mutating func double(_ value: Double) {
-        withUnsafeBytes(of: value.bitPattern.littleEndian) { data.append(contentsOf: $0) }
+        withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func bytes(_ value: Data) {
-        withUnsafeBytes(of: UInt32(clamping: value.count).littleEndian) { data.append(contentsOf: $0) }
-        data.append(value)
+        withUnsafeBytes(of: UInt32(clamping: value.count).littleEndian) { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: value)
     }
 
-    mutating func string(_ value: String) { bytes(Data(value.utf8)) }
+    mutating func string(_ value: String) {
+        withUnsafeBytes(of: UInt32(clamping: value.utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: value.utf8)
+    }
 
     mutating func optionalString(_ value: String?) {
         byte(value == nil ? 0 : 1)

@@ -20,7 +20,9 @@ import Foundation
 /// - ``changes`` reports what happens, with the pending count after each change.
 ///
 /// The folder is locked while the outbox is open: a second outbox on it, in this process or another, fails with
-/// ``OutboxError/folderInUse(_:)``. Files are readable only by the user. See <doc:DurableOutbox>.
+/// ``OutboxError/folderInUse(_:)``. Files are readable only by the user. What opening found (resumed entries, damaged
+/// records skipped) is in ``openingReport`` and goes to the queue's monitors
+/// (``RequestEventMonitor/outboxDidOpen(_:report:)``). See <doc:DurableOutbox>.
 public final class Outbox: @unchecked Sendable {
     /// The folder the journal is in.
     public let directory: URL
@@ -94,6 +96,7 @@ public final class Outbox: @unchecked Sendable {
         openingReport = OutboxOpeningReport(
             pending: lanes.pendingCount, deadLetters: lanes.deadLetterCount, skippedRecords: events.skipped + unreadable,
             discardedIncompleteRecord: events.discardedTail)
+        for monitor in queue.requestPolicies.monitors { monitor.outboxDidOpen(directory, report: openingReport) }
         let starts = lock.withLock { schedule() }
         starts.forEach(start)
     }

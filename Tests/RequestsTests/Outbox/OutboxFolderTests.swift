@@ -30,7 +30,13 @@ final class OutboxFolderTests: XCTestCase {
         bytes[middle.lowerBound] ^= 0xFF
         try bytes.write(to: journal)
 
-        let reopened = try open(folder)
+        let queue = OperationQueue()
+        let monitor = OpeningMonitor()
+        queue.requestPolicies.monitors.append(monitor)
+        var options = testOutboxOptions
+        options.startsSuspended = true
+        let reopened = try Outbox(directory: folder, queue: queue, session: testSession, requestTypes: [PostNote.self], options: options)
+        XCTAssertEqual(monitor.reports, [reopened.openingReport], "the queue's monitors are told")
         XCTAssertEqual(reopened.openingReport.skippedRecords, 1)
         XCTAssertFalse(reopened.openingReport.discardedIncompleteRecord)
         XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), [entries[0], entries[2]].map(\.idempotencyKey))
@@ -100,4 +106,12 @@ final class OutboxFolderTests: XCTestCase {
         XCTAssertEqual(letter.deadLetter?.response?.body, Data("no".utf8))
         XCTAssertEqual(letter.request(as: PostNote.self)?.text, "rejected")
     }
+}
+
+/// Keeps the opening reports it is told.
+final class OpeningMonitor: RequestEventMonitor, @unchecked Sendable {
+    private let lock = NSLock()
+    private var kept: [OutboxOpeningReport] = []
+    var reports: [OutboxOpeningReport] { lock.withLock { kept } }
+    func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport) { lock.withLock { kept.append(report) } }
 }

@@ -136,20 +136,10 @@ struct OutboxKillVerdicts {
     }
 }
 
-/// A small seeded generator, so that a run can be repeated with `--seed`.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
+/// The cancel storm's seeded generator, so that a run can be repeated with `--seed`.
+typealias SplitMix64 = StormRandom
 
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+extension StormRandom {
     /// A double in [0, 1).
     mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }

@@ -117,6 +117,8 @@ struct OutboxLanes {
         slot.phase = .parked
         slot.entry.deadLetter = letter
         slot.attempt = nil
+        // Finished by parking (the caller adds it to the queue): a retried entry gets a new one.
+        slot.settledOperation = nil
         slots[id] = slot
         pendingCount -= 1
         deadLetterCount += 1
@@ -128,9 +130,7 @@ struct OutboxLanes {
         deadLetterCount -= 1
         slot.entry.deadLetter = nil
         slot.entry.attempts = 0
-        let operation = slot.settledOperation
         addPending(slot.entry)
-        slots[id]?.settledOperation = operation
     }
 
     private mutating func leaveLane(_ entry: OutboxEntry) {

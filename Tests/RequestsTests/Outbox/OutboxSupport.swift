@@ -67,7 +67,7 @@ final class ReceivedNotes: @unchecked Sendable {
 final class ChangeRecorder: @unchecked Sendable {
     private let lock = NSLock()
     private var changes: [OutboxChange] = []
-    private var waiters: [(predicate: @Sendable (OutboxChange) -> Bool, expectation: XCTestExpectation)] = []
+    private var waiters: [(predicate: @Sendable (OutboxChange) -> Bool, remaining: Int, expectation: XCTestExpectation)] = []
     private var task: Task<Void, Never>?
 
     init(_ outbox: Outbox) {
@@ -81,25 +81,31 @@ final class ChangeRecorder: @unchecked Sendable {
 
     var all: [OutboxChange] { lock.withLock { changes } }
 
-    /// An expectation fulfilled by the first change (past or future) matching `predicate`.
-    func expectation(_ description: String, where predicate: @escaping @Sendable (OutboxChange) -> Bool) -> XCTestExpectation {
+    /// An expectation fulfilled once `count` changes (past or future) have matched `predicate`.
+    func expectation(
+        _ description: String, count: Int = 1, where predicate: @escaping @Sendable (OutboxChange) -> Bool
+    ) -> XCTestExpectation {
         let expectation = XCTestExpectation(description: description)
         lock.withLock {
-            if changes.contains(where: predicate) {
+            let seen = changes.filter(predicate).count
+            if seen >= count {
                 expectation.fulfill()
             } else {
-                waiters.append((predicate, expectation))
+                waiters.append((predicate, count - seen, expectation))
             }
         }
         return expectation
     }
 
     private func record(_ change: OutboxChange) {
-        let fulfilled: [XCTestExpectation] = lock.withLock {
+        var fulfilled: [XCTestExpectation] = []
+        lock.withLock {
             changes.append(change)
-            let matching = waiters.filter { $0.predicate(change) }
-            waiters.removeAll { $0.predicate(change) }
-            return matching.map(\.expectation)
+            for index in waiters.indices where waiters[index].predicate(change) {
+                waiters[index].remaining -= 1
+                if waiters[index].remaining == 0 { fulfilled.append(waiters[index].expectation) }
+            }
+            waiters.removeAll { $0.remaining == 0 }
         }
         fulfilled.forEach { $0.fulfill() }
     }

@@ -221,6 +221,30 @@ final class OutboxTests: XCTestCase {
         wait(for: [ran], timeout: 20)
     }
 
+    func testASettledOperationFinishesOnceForEachParkingOfARetriedEntry() throws {
+        let (path, _) = recordingPath([400, 400])
+        let outbox = try open(makeOutboxFolder(self), suspended: true)
+        let changes = ChangeRecorder(outbox)
+        let entry = try outbox.enqueue(PostNote(path: path, text: "twice"))
+        let first = try XCTUnwrap(outbox.operation(for: entry.id))
+        let firstDone = expectation(description: "first settled")
+        let afterFirst = BlockOperation { firstDone.fulfill() }
+        afterFirst.addDependency(first)
+        OperationQueue().addOperation(afterFirst)
+        outbox.isSuspended = false
+        wait(for: [firstDone], timeout: 20)
+
+        let parkedTwice = changes.expectation("parked twice", count: 2) { $0.kind == .parked }
+        try outbox.retry(entry.id)
+        let second = try XCTUnwrap(outbox.operation(for: entry.id), "a retried entry is pending again")
+        XCTAssertFalse(second === first, "the first one has finished")
+        let secondDone = expectation(description: "second settled")
+        let afterSecond = BlockOperation { secondDone.fulfill() }
+        afterSecond.addDependency(second)
+        OperationQueue().addOperation(afterSecond)
+        wait(for: [parkedTwice, secondDone], timeout: 20)
+    }
+
     func testEveryAttemptIsAnOperationOfTheQueueThatMonitorsSee() throws {
         let (path, _) = recordingPath([500])
         let queue = OperationQueue()

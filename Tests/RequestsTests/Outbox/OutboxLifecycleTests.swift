@@ -86,4 +86,31 @@ final class OutboxLifecycleTests: XCTestCase {
         NoteGate.shared.raise(to: .max)
         XCTAssertTrue(NoteGate.shared.waitForArrivals(3), "resumed, the outbox probes again")
     }
+
+    /// The settled operation of an entry that was parked, then retried and sent, or dropped: it already finished when
+    /// the entry was parked, and must not be added to the queue a second time (Foundation traps).
+    func testAnEntryParkedWithASettledOperationCanBeRetriedOrDropped() throws {
+        let path = "outbox/\(UUID().uuidString)"
+        let statuses = ScriptedStatuses([422, 422])
+        TestServer.shared.route("/" + path) { _ in LoopbackResponse(status: statuses.next()) }
+        var options = testOutboxOptions
+        options.startsSuspended = true
+        let outbox = try Outbox(
+            directory: makeOutboxFolder(self), queue: OperationQueue(), session: testSession, requestTypes: [PostNote.self],
+            options: options)
+        defer { outbox.close() }
+        let changes = ChangeRecorder(outbox)
+        let retried = try outbox.enqueue(PostNote(path: path, text: "retried"), lane: "one")
+        let dropped = try outbox.enqueue(PostNote(path: path, text: "dropped"), lane: "two")
+        for entry in [retried, dropped] { XCTAssertNotNil(outbox.operation(for: entry.id)) }
+        let parked = [retried, dropped].map { entry in changes.expectation("parked") { $0.kind == .parked && $0.entry.id == entry.id } }
+        outbox.isSuspended = false
+        wait(for: parked, timeout: 20)
+
+        let sent = changes.expectation("sent") { $0.kind.isSent && $0.entry.id == retried.id }
+        try outbox.retry(retried.id)
+        wait(for: [sent], timeout: 20)
+        try outbox.drop(dropped.id)
+        XCTAssertEqual(outbox.pendingCount + outbox.deadLetters.count, 0)
+    }
 }

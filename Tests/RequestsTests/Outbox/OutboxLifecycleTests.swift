@@ -39,7 +39,11 @@ final class NoteGate: @unchecked Sendable {
     }
 
     /// Lets `count` attempts in all through.
-    func raise(to count: Int) { condition.withLock { open = count; condition.broadcast() } }
+    func raise(to count: Int) {
+        condition.withLock {
+            open = count; condition.broadcast()
+        }
+    }
 
     /// Waits (up to 20 s) until `count` attempts have arrived; whether they did.
     func waitForArrivals(_ count: Int) -> Bool {

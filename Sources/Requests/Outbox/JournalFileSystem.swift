@@ -16,7 +16,7 @@ protocol JournalFileSystem: Sendable {
     /// missing (and only then if `exclusive`: a file of that name is an error). Refuses a symbolic link, a file
     /// of another user, or anything but a regular file.
     func openFile(_ name: String, in directory: Int32, at url: URL, exclusive: Bool) throws -> Int32
-    /// Takes an exclusive lock on the open file without waiting; `false` if someone else holds one.
+    /// Takes an exclusive lock on the open file or folder without waiting; `false` if someone else holds one.
     func lock(_ file: Int32) throws -> Bool
     func size(of file: Int32) throws -> UInt64
     /// Reads exactly `count` bytes at `offset` (fewer only at the end of the file).

@@ -120,6 +120,9 @@ extension Journal {
             let lock = try fileSystem.openFile(lockName, in: folder, at: directory.appendingPathComponent(lockName), exclusive: false)
             descriptors.append(lock)
             guard try fileSystem.lock(lock) else { throw JournalError.lockedByAnotherProcess(directory) }
+            // The folder too: a lock file removed while its lock is held would let a second journal create and lock
+            // a new one, and two writers at their own offsets overwrite each other's records.
+            guard try fileSystem.lock(folder) else { throw JournalError.lockedByAnotherProcess(directory) }
             try fileSystem.removeFile(JournalCompaction.temporaryName, in: folder)
             let file = try fileSystem.openFile(journalName, in: folder, at: journalURL, exclusive: false)
             descriptors.append(file)

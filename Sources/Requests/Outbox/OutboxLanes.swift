@@ -117,7 +117,7 @@ struct OutboxLanes {
         slot.phase = .parked
         slot.entry.deadLetter = letter
         slot.attempt = nil
-        // Finished by parking (the caller adds it to the queue): a retried entry gets a new one.
+        // Finished by the parking (the caller adds it to the queue): a retried entry gets a new one on demand.
         slot.settledOperation = nil
         slots[id] = slot
         pendingCount -= 1

@@ -8,6 +8,12 @@ import Foundation
 extension Outbox {
     /// The entries to start now, marked running. Call with the lock held; start them after releasing it.
     func schedule() -> [UInt64] {
+        // Offline, only the probe starts: its timer made it ready while the outbox was suspended.
+        if isOffline, !isClosed, !suspended, let probe, lanes[probe]?.phase == .ready {
+            lanes[probe]?.phase = .running
+            running += 1
+            return [probe]
+        }
         var starts: [UInt64] = []
         while !isClosed, !suspended, !isOffline, running < max(1, options.maximumConcurrentEntries), let id = lanes.nextReady() {
             running += 1

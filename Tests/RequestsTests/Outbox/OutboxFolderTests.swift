@@ -106,6 +106,17 @@ final class OutboxFolderTests: XCTestCase {
         XCTAssertEqual(letter.deadLetter?.response?.body, Data("no".utf8))
         XCTAssertEqual(letter.request(as: PostNote.self)?.text, "rejected")
     }
+
+    /// The lock file removed while an outbox has the folder open: a second outbox must still be refused, or the two
+    /// would append at their own offsets and overwrite each other's acknowledged entries.
+    func testLockFileRemovedWhileOpen() throws {
+        let folder = makeOutboxFolder(self)
+        let first = try open(folder)
+        defer { first.close() }
+        _ = try first.enqueue(PostNote(path: "p", text: "one"))
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("journal.lock"))
+        XCTAssertThrowsError(try open(folder)) { XCTAssertEqual($0 as? OutboxError, .folderInUse(folder)) }
+    }
 }
 
 /// Keeps the opening reports it is told.

@@ -58,23 +58,14 @@ private struct OutboxChildOptions {
     var lanes = 8
 
     init(_ arguments: [String]) {
-        var remaining = arguments[...]
-        func value(_ flag: String) -> String {
-            guard let next = remaining.popFirst() else { fail("outbox-child: \(flag) needs a value", code: 2) }
-            return next
-        }
-        func number(_ flag: String) -> Int {
-            let text = value(flag)
-            guard let number = Int(text), number >= 0 else { fail("outbox-child: \(flag): not a number: \(text)", code: 2) }
-            return number
-        }
-        while let flag = remaining.popFirst() {
+        var flags = FlagReader(arguments, mode: "outbox-child")
+        while let flag = flags.nextFlag() {
             switch flag {
-            case "--dir": directory = value(flag)
-            case "--url": url = value(flag)
-            case "--start": start = number(flag)
-            case "--entries": entries = number(flag)
-            case "--lanes": lanes = max(1, number(flag))
+            case "--dir": directory = flags.value(flag)
+            case "--url": url = flags.value(flag)
+            case "--start": start = flags.number(flag)
+            case "--entries": entries = flags.number(flag)
+            case "--lanes": lanes = max(1, flags.number(flag))
             default: fail("outbox-child: unknown argument \(flag)", code: 2)
             }
         }

@@ -25,24 +25,15 @@ struct OutboxKillSettings {
     }
 
     init(_ arguments: [String]) {
-        var remaining = arguments[...]
-        func value(_ flag: String) -> String {
-            guard let next = remaining.popFirst(), !next.hasPrefix("--") else { fail("outbox-kill: \(flag) needs a value", code: 2) }
-            return next
-        }
-        func number(_ flag: String) -> Int {
-            let text = value(flag)
-            guard let number = Int(text), number >= 0 else { fail("outbox-kill: \(flag): not a number: \(text)", code: 2) }
-            return number
-        }
-        while let flag = remaining.popFirst() {
+        var flags = FlagReader(arguments, mode: "outbox-kill")
+        while let flag = flags.nextFlag() {
             switch flag {
-            case "--entries": entries = max(1, number(flag))
-            case "--kills": kills = number(flag)
-            case "--lanes": lanes = max(1, number(flag))
-            case "--seed": seed = UInt64(number(flag))
+            case "--entries": entries = max(1, flags.number(flag))
+            case "--kills": kills = flags.number(flag)
+            case "--lanes": lanes = max(1, flags.number(flag))
+            case "--seed": seed = UInt64(flags.number(flag))
             case "--refusals":
-                let text = value(flag)
+                let text = flags.value(flag)
                 guard let rate = Double(text), (0..<1).contains(rate) else { fail("outbox-kill: --refusals takes 0 ≤ r < 1, not \(text)", code: 2) }
                 refusals = rate
             default: fail("outbox-kill: unknown argument \(flag)\n\(Options.usage)", code: 2)

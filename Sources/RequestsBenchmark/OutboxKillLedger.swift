@@ -143,3 +143,29 @@ extension StormRandom {
     /// A double in [0, 1).
     mutating func nextDouble() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }
+
+/// Reads a mode's `--flag value` arguments; a missing value or a bad number ends the process (status 2) with a
+/// message naming the mode and the flag.
+struct FlagReader {
+    private var remaining: ArraySlice<String>
+    private let mode: String
+
+    init(_ arguments: [String], mode: String) {
+        remaining = arguments[...]
+        self.mode = mode
+    }
+
+    mutating func nextFlag() -> String? { remaining.popFirst() }
+
+    mutating func value(_ flag: String) -> String {
+        guard let next = remaining.popFirst(), !next.hasPrefix("--") else { fail("\(mode): \(flag) needs a value", code: 2) }
+        return next
+    }
+
+    /// A whole number ≥ 0.
+    mutating func number(_ flag: String) -> Int {
+        let text = value(flag)
+        guard let number = Int(text), number >= 0 else { fail("\(mode): \(flag): not a number: \(text)", code: 2) }
+        return number
+    }
+}

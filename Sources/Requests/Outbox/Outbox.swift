@@ -19,10 +19,10 @@ import Foundation
 ///   ``OutboxOptions/maximumConcurrentEntries``.
 /// - ``changes`` reports what happens, with the pending count after each change.
 ///
-/// The folder is locked while the outbox is open: a second outbox on it, in this process or another, fails with
-/// ``OutboxError/folderInUse(_:)``. Files are readable only by the user. What opening found (resumed entries, damaged
-/// records skipped) is in ``openingReport`` and goes to the queue's monitors
-/// (``RequestEventMonitor/outboxDidOpen(_:report:)``). See <doc:DurableOutbox>.
+/// The folder is locked while the outbox is open (until ``close()``, or until it is released): a second outbox on
+/// it, in this process or another, fails with ``OutboxError/folderInUse(_:)``. Files are readable only by the user.
+/// What opening found (resumed entries, damaged records skipped) is in ``openingReport`` and goes to the queue's
+/// monitors (``RequestEventMonitor/outboxDidOpen(_:report:)``). See <doc:DurableOutbox>.
 public final class Outbox: @unchecked Sendable {
     /// The folder the journal is in.
     public let directory: URL
@@ -45,6 +45,8 @@ public final class Outbox: @unchecked Sendable {
     var isOffline = false
     var probe: UInt64?
     var generation = 0
+    /// Numbers each attempt, so that only the current attempt of an entry concludes it.
+    var attemptCount: UInt64 = 0
     var subscribers: [UUID: AsyncStream<OutboxChange>.Continuation] = [:]
 
     /// Opens the outbox in `directory` (created if needed, `0700`), resumes the entries stored there, and starts
@@ -242,7 +244,7 @@ public final class Outbox: @unchecked Sendable {
             guard let slot = lanes[id] else { throw OutboxError.noSuchEntry(id) }
             if slot.phase == .running {
                 lanes[id]?.dropRequested = true
-                slot.attempt?.cancel()
+                slot.attempt?.operation.cancel()
                 return []
             }
             do {
@@ -271,12 +273,16 @@ public final class Outbox: @unchecked Sendable {
 
     /// Stops sending, cancels the attempts in flight (their entries stay stored, and are sent again with the same
     /// key by the next outbox on the folder), ends ``changes`` and releases the folder. Later calls do nothing.
+    ///
+    /// Releasing the last reference to the outbox closes it the same way: attempts in flight, retry timers and
+    /// readers of ``changes`` do not keep it alive, so a new outbox can open the folder as soon as the old one is
+    /// released.
     public func close() {
         let (attempts, continuations): ([Operation], [AsyncStream<OutboxChange>.Continuation]) = lock.withLock {
             guard !isClosed else { return ([], []) }
             isClosed = true
             defer { subscribers = [:] }
-            return (lanes.slots.values.compactMap(\.attempt), Array(subscribers.values))
+            return (lanes.slots.values.compactMap(\.attempt?.operation), Array(subscribers.values))
         }
         attempts.forEach { $0.cancel() }
         continuations.forEach { $0.finish() }

@@ -5,13 +5,15 @@ import Foundation
 
 /// One attempt of an outbox entry: the stored request with its `Idempotency-Key`, the engine's own retries turned
 /// off (the outbox decides when to send again), no response cache, and the raw answer as its success, so that the
-/// outbox can keep it and judge the status itself.
+/// outbox can keep it and judge the status itself. Its limits are the request's (or the queue's) with the outbox's
+/// attempt timeout as their deadline (see `Outbox.attemptLimits(own:)`).
 struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     typealias Success = OutboxResponse
     typealias Failure = Error
 
     let inner: Inner
     let idempotencyKey: String
+    let limits: TransferLimits?
 
     var identifier: String { inner.identifier }
     var validHTTPStatusCodes: [Int] { inner.validHTTPStatusCodes }
@@ -20,7 +22,6 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     var preconditions: [RequestPrecondition] { inner.preconditions }
     var validations: [ResponseValidation] { inner.validations }
     var usesAuthenticator: Bool { inner.usesAuthenticator }
-    var limits: TransferLimits? { inner.limits }
     var redirectPolicy: RedirectPolicy? { inner.redirectPolicy }
     var sensitiveHeaders: [String] { inner.sensitiveHeaders }
     var responseCache: ResponseCache? { nil }
@@ -65,11 +66,16 @@ enum OutboxVerdict: Equatable {
         .internationalRoamingOff, .dataNotAllowed, .callIsActive,
     ]
 
-    static func judge(_ result: Result<OutboxResponse, Error>, now: Date = Date()) -> OutboxVerdict {
+    /// `attemptTimeout`: the outbox's timeout when it is the attempt's deadline, so that missing it is described as
+    /// the outbox's timeout rather than as the request's deadline.
+    static func judge(_ result: Result<OutboxResponse, Error>, attemptTimeout: TimeInterval? = nil, now: Date = Date()) -> OutboxVerdict {
         switch result {
         case let .success(response):
             return .sent(response)
         case let .failure(error):
+            if let attemptTimeout, case TransferLimitError.deadlineExceeded = error {
+                return .transient(retryAfter: nil, offline: false, description: timedOut(after: attemptTimeout))
+            }
             if case let .invalidStatusCode(status, response, body) = error as? RequestQueueError {
                 let kept = OutboxResponse(
                     statusCode: status, headers: headers(of: response), body: body.prefix(OutboxRecord.maximumParkedBody))
@@ -96,6 +102,12 @@ enum OutboxVerdict: Equatable {
         case RequestQueueError.didNotReceiveData, RequestQueueError.nonHTTPResponse: return true
         default: return false
         }
+    }
+
+    /// The description of an attempt cancelled by ``OutboxOptions/attemptTimeout``.
+    static func timedOut(after seconds: TimeInterval) -> String {
+        "The attempt did not finish within the outbox's attempt timeout of \(String(format: "%g", seconds)) s "
+            + "(OutboxOptions.attemptTimeout) and was cancelled; the entry will be sent again with the same key."
     }
 
     static func describe(_ error: Error) -> String {

@@ -21,8 +21,9 @@ struct OutboxLanes {
         var dropRequested = false
         /// Finished (added to the queue) when the entry is settled; made on demand by ``Outbox/operation(for:)``.
         var settledOperation: Operation?
-        /// The attempt in flight, for cancelling it on drop or close.
-        var attempt: Operation?
+        /// The attempt in flight and its number (see ``Outbox/conclude(_:_:attempt:)``), for cancelling it on drop
+        /// or close.
+        var attempt: (number: UInt64, operation: Operation)?
     }
 
     private(set) var slots: [UInt64: Slot] = [:]

@@ -38,18 +38,37 @@ extension Outbox {
         guard let request = try? JSONDecoder().decode(R.self, from: entry.encodedRequest) else {
             return conclude(entry.id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
-        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey)
-        let operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks) { [self] result in
-            conclude(entry.id, .verdict(OutboxVerdict.judge(result)))
+        let (limits, timeout) = attemptLimits(own: request.limits)
+        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey, limits: limits)
+        let number: UInt64 = lock.withLock {
+            attemptCount += 1
+            return attemptCount
+        }
+        // Weak: an attempt in flight must not keep an outbox the app released open (its deinit closes it).
+        let operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks) { [weak self] result in
+            self?.conclude(entry.id, .verdict(OutboxVerdict.judge(result, attemptTimeout: timeout)), attempt: number)
         }
         let proceed: Bool = lock.withLock {
             guard !isClosed, lanes[entry.id]?.phase == .running else { return false }
-            lanes[entry.id]?.attempt = operation
+            lanes[entry.id]?.attempt = (number, operation)
             lanes[entry.id]?.entry.attempts += 1
             return true
         }
         guard proceed else { return }
         queue.addOperation(operation)
+    }
+
+    /// The limits of an attempt: the request's own (or else the queue's), with a deadline of
+    /// ``OutboxOptions/attemptTimeout`` unless theirs is shorter; and that timeout when it is the one that applies,
+    /// so that the failure it causes is described as the outbox's.
+    private func attemptLimits(own: TransferLimits?) -> (TransferLimits?, TimeInterval?) {
+        let timeout = options.attemptTimeout > 0 ? options.attemptTimeout : OutboxOptions().attemptTimeout
+        guard timeout.isFinite else { return (own, nil) }
+        var limits = own ?? queue.requestPolicies.limits
+        // A NaN deadline is none, which the timeout replaces.
+        if let deadline = limits.deadline, deadline <= timeout { return (limits, nil) }
+        limits.deadline = timeout
+        return (limits, timeout)
     }
 
     enum Outcome {
@@ -58,13 +77,16 @@ extension Outbox {
     }
 
     /// What a running entry's attempt (or its expiry) means: it leaves, is parked, or waits to be sent again.
-    func conclude(_ id: UInt64, _ outcome: Outcome) {
-        let (closed, dropRequested, current): (Bool, Bool, OutboxEntry?) = lock.withLock {
+    /// `attempt`: the number ``send(_:_:)`` gave the attempt; an outcome for any attempt but the entry's current one
+    /// is ignored, so that an entry is concluded once per start whatever its attempts report, and when.
+    func conclude(_ id: UInt64, _ outcome: Outcome, attempt: UInt64? = nil) {
+        let (current, closed, dropRequested, stored): (Bool, Bool, Bool, OutboxEntry?) = lock.withLock {
+            if let attempt, lanes[id]?.attempt?.number != attempt { return (false, isClosed, false, nil) }
             running -= 1
             lanes[id]?.attempt = nil
-            return (isClosed, lanes[id]?.dropRequested ?? false, lanes[id]?.entry)
+            return (true, isClosed, lanes[id]?.dropRequested ?? false, lanes[id]?.entry)
         }
-        guard !closed, var entry = current else { return }
+        guard current, !closed, var entry = stored else { return }
         if dropRequested {
             return leave(id, .dropped(.byApp))
         }

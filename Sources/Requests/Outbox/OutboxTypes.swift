@@ -143,6 +143,20 @@ public struct OutboxOptions: Sendable {
     /// How long an entry is kept before it is dropped unsent, when ``Outbox/enqueue(_:lane:expiresAt:)`` names no
     /// date. Default: `nil`, kept until sent.
     public var expiresAfter: TimeInterval?
+    /// The longest one attempt may take, from the moment the queue starts its operation to its outcome: preparing the
+    /// request (`makeURLRequest`, the adapters, the authenticator's credential), sending it and reading the answer.
+    /// Time spent waiting in the queue before that does not count.
+    ///
+    /// An attempt still running then is cancelled and counts as a transient failure: its place (and its lane) go to
+    /// the next attempt, the entry is sent again after a backoff with the same `Idempotency-Key` (the server may
+    /// have received the cancelled one), and ``OutboxChange/Kind/willRetry(delay:error:)`` names the timeout. So a
+    /// request whose `makeURLRequest` or adapter never calls its completion holds up nothing for longer than this.
+    /// The request's own ``TransferLimits/deadline``, when shorter, applies as usual.
+    ///
+    /// Default: 120 s, twice URLSession's idle timeout, so that an answer that is slow but moving is not cut; raise
+    /// it for entries that upload more than a few megabytes. A value that is not a positive number is taken as the
+    /// default; `.infinity` sets no limit.
+    public var attemptTimeout: TimeInterval = 120
 
     /// Whether the outbox opens suspended (see ``Outbox/isSuspended``), so that a reader of ``Outbox/changes``
     /// can subscribe before the resumed entries are sent. Default: `false`.

@@ -199,8 +199,9 @@ final class OutboxStuckAttemptTests: XCTestCase {
         XCTAssertEqual(changes.all.filter { $0.entry.id == entry.id && $0.kind != .enqueued }.count, 1)
     }
 
-    /// An outbox the app releases without `close()` while an attempt waits for a server that never answers: the
-    /// attempt is cancelled, the folder is free at once, and the next outbox sends the entry with its key.
+    /// An outbox the app releases without `close()` while an attempt waits for a server that never answers and a
+    /// reader waits for changes: the attempt is cancelled, the reader's loop ends, the folder is free at once, and the
+    /// next outbox sends the entry with its key.
     func testReleasingTheOutboxClosesItAndTheNextOneReplaysTheEntry() throws {
         let arrived = XCTestExpectation(description: "the first attempt reached the server")
         let (path, received) = recordingPath { number in
@@ -214,12 +215,20 @@ final class OutboxStuckAttemptTests: XCTestCase {
         queue.requestPolicies.monitors = [monitor]
         var outbox: Outbox? = try Outbox(
             directory: folder, queue: queue, session: testSession, requestTypes: [PostNote.self], options: testOutboxOptions)
+        // A reader of the changes, like an app's, does not keep the outbox either; its loop ends with it.
+        let readerEnded = XCTestExpectation(description: "the reader's loop ended")
+        let stream = try XCTUnwrap(outbox?.changes)
+        let reader = Task {
+            for await _ in stream {}
+            readerEnded.fulfill()
+        }
         let entry = try XCTUnwrap(outbox?.enqueue(PostNote(path: path, text: "released")))
         wait(for: [arrived], timeout: 20)
         let released = Weak(try XCTUnwrap(outbox))
         outbox = nil
         XCTAssertNil(released.object, "nothing but the app kept the outbox")
-        wait(for: [monitor.cancelled], timeout: 20)
+        wait(for: [monitor.cancelled, readerEnded], timeout: 20)
+        reader.cancel()
 
         let next: Outbox
         do {

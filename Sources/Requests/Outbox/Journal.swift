@@ -33,6 +33,8 @@ final class Journal: @unchecked Sendable {
     private var nextID: UInt64
     /// The length of the file's intact content; appends go there.
     private var length: UInt64
+    /// The file's size: beyond `length` it holds zeros written ahead (see `write(_:)`).
+    private var allocated: UInt64
     private var file: Int32
     private var queue: [JournalBatch] = []
     /// A leader is gathering, writing, syncing or compacting (or is woken to): it alone uses `file` and changes
@@ -79,6 +81,7 @@ final class Journal: @unchecked Sendable {
         lockFile = opened.lock
         file = opened.file
         length = opened.length
+        allocated = opened.length
         index = opened.scan.index
         liveBytes = opened.scan.liveBytes
         nextID = opened.nextID
@@ -164,7 +167,12 @@ final class Journal: @unchecked Sendable {
             lock.lock()
         }
         // A last try to cut off a failed call's records, which must not reappear at the next open.
-        if mustCut { try? cutOff(file, at: length) }
+        if mustCut {
+            try? cutOff(file, at: length)
+        } else if allocated > length {
+            // The zeros written ahead are not needed any more (not synced: recovery ignores them if they stay).
+            try? fileSystem.truncate(file, to: length)
+        }
         fileSystem.close(file)
         fileSystem.close(lockFile)
         fileSystem.close(directoryFile)
@@ -256,8 +264,12 @@ final class Journal: @unchecked Sendable {
         let target = file
         let cut = mustCut
         let syncFolder = folderUnsynced
-        lock.unlock()
         let (bytes, starts) = JournalBatch.concatenate(group)
+        // Zeros written ahead, in steps of `preallocation`: a sync after a write within the file's size commits no
+        // change of size, which costs a third less here (docs/outbox-journal.md). Recovery ignores a tail of zeros.
+        let (zerosFrom, zerosTo) = (cut ? start : allocated, options.preallocation == 0 ? 0 : Self.roundedUp(start + UInt64(bytes.count), to: options.preallocation))
+        allocated = max(zerosFrom, zerosTo)
+        lock.unlock()
         var failure: JournalError?
         var folderSynced = !syncFolder
         var syncTime: UInt64 = 0
@@ -267,6 +279,7 @@ final class Journal: @unchecked Sendable {
                 try fileSystem.syncDirectory(directoryFile)
                 folderSynced = true
             }
+            if zerosTo > zerosFrom { try fileSystem.write(target, Data(count: Int(zerosTo - zerosFrom)), at: zerosFrom) }
             try fileSystem.write(target, bytes, at: start)
             let syncStart = DispatchTime.now().uptimeNanoseconds
             try fileSystem.syncData(target)
@@ -279,6 +292,7 @@ final class Journal: @unchecked Sendable {
         let cutFailed = failure != nil && (try? cutOff(target, at: start)) == nil
         lock.lock()
         mustCut = cutFailed
+        if failure != nil, !cutFailed { allocated = start }
         folderUnsynced = !folderSynced
         lastGroupSize = group.count
         groupsWritten += 1
@@ -293,11 +307,17 @@ final class Journal: @unchecked Sendable {
             }
             length = start + UInt64(bytes.count)
         }
-        for batch in group { batch.wakeup.signal() }
-        guard failure == nil, !isClosed, shouldCompact() else { return [] }
+        let compacts = failure == nil && !isClosed && shouldCompact()
+        // Woken without the lock held, so that they do not wake only to wait for it.
         lock.unlock()
         defer { lock.lock() }
-        return compact()
+        for batch in group { batch.wakeup.signal() }
+        return compacts ? compact() : []
+    }
+
+    /// `end` rounded up to a multiple of `step`.
+    static func roundedUp(_ end: UInt64, to step: UInt64) -> UInt64 {
+        (end + step - 1) / step * step
     }
 
     private func cutOff(_ target: Int32, at start: UInt64) throws {
@@ -356,6 +376,7 @@ final class Journal: @unchecked Sendable {
             index = outcome.index
             liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }
             length = outcome.length
+            allocated = outcome.length
             folderUnsynced = !synced
             nextCompactionLength = 0
         }

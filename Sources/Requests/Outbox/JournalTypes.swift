@@ -78,6 +78,9 @@ extension Journal {
         var maximumPayloadSize = JournalFormat.maximumPayloadSize
         /// Compaction runs when the file's dead bytes exceed its live bytes and this many bytes.
         var compactionMinimum: UInt64 = 1 << 20
+        /// The file grows in steps of this many bytes, written as zeros ahead of the records (0: exactly as records
+        /// are appended).
+        var preallocation: UInt64 = 256 << 10
         init() {}
     }
 

@@ -9,6 +9,8 @@ final class JournalRecoveryTests: XCTestCase {
     private var noCompaction: Journal.Options {
         var options = Journal.Options()
         options.compactionMinimum = .max
+        // The history's checkpoints are file sizes: no zeros written ahead.
+        options.preallocation = 0
         return options
     }
 
@@ -17,7 +19,7 @@ final class JournalRecoveryTests: XCTestCase {
     func testATornLastRecordIsCutOffAndReported() throws {
         let folder = makeJournalFolder(self)
         let file = folder.appendingPathComponent("journal").path
-        let journal = try Journal(directory: folder)
+        let journal = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())
         try journal.append([samplePayload(1)])
         try journal.append([samplePayload(2)])
         let intact = try fileSize(file)
@@ -26,7 +28,7 @@ final class JournalRecoveryTests: XCTestCase {
         XCTAssertEqual(truncate(file, off_t(intact + 40)), 0, "a crash in the middle of the third record's payload")
 
         let log = JournalEventLog()
-        let reopened = try Journal(directory: folder, events: log.handler)
+        let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)
         XCTAssertEqual(reopened.recovered, [JournalRecord(id: 1, payload: samplePayload(1)), JournalRecord(id: 2, payload: samplePayload(2))])
         XCTAssertEqual(log.events, [.discardedTornTail(file: file, offset: UInt64(intact))])
         XCTAssertEqual(try fileSize(file), intact, "cut off on disk")
@@ -36,7 +38,7 @@ final class JournalRecoveryTests: XCTestCase {
     func testACallsRecordsExistOnlyWhole() throws {
         let folder = makeJournalFolder(self)
         let file = folder.appendingPathComponent("journal").path
-        let journal = try Journal(directory: folder)
+        let journal = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())
         try journal.append([samplePayload(1)])
         let intact = try fileSize(file)
         try journal.append([samplePayload(2), samplePayload(3), samplePayload(4)])
@@ -44,7 +46,7 @@ final class JournalRecoveryTests: XCTestCase {
         XCTAssertEqual(truncate(file, off_t(try fileSize(file) - 1)), 0, "the last record of the three is torn")
 
         let log = JournalEventLog()
-        let reopened = try Journal(directory: folder, events: log.handler)
+        let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)
         XCTAssertEqual(reopened.recovered.map(\.id), [1], "none of the call's three records, though two are intact")
         XCTAssertEqual(log.events, [.discardedTornTail(file: file, offset: UInt64(intact))])
     }
@@ -52,7 +54,7 @@ final class JournalRecoveryTests: XCTestCase {
     func testADamagedRecordInTheMiddleIsSkippedAndTheRestRecovered() throws {
         let folder = makeJournalFolder(self)
         let file = folder.appendingPathComponent("journal").path
-        let journal = try Journal(directory: folder)
+        let journal = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())
         try journal.append([samplePayload(1)])
         let secondOffset = try fileSize(file)
         try journal.append([samplePayload(2)])
@@ -63,21 +65,21 @@ final class JournalRecoveryTests: XCTestCase {
         try bytes.write(to: URL(fileURLWithPath: file))
 
         let log = JournalEventLog()
-        let reopened = try Journal(directory: folder, events: log.handler)
+        let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)
         XCTAssertEqual(reopened.recovered, [JournalRecord(id: 1, payload: samplePayload(1)), JournalRecord(id: 3, payload: samplePayload(3))])
         XCTAssertEqual(log.events.first, .skippedCorruptRecord(file: file, offset: UInt64(secondOffset)))
         // The file is rewritten without the damage at once, so that it is reported once.
         guard case .compacted? = log.events.dropFirst().first else { return XCTFail("\(log.events)") }
         reopened.close()
         let again = JournalEventLog()
-        XCTAssertEqual(try Journal(directory: folder, events: again.handler).recovered.map(\.id), [1, 3])
+        XCTAssertEqual(try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: again.handler).recovered.map(\.id), [1, 3])
         XCTAssertEqual(again.events, [])
     }
 
     func testADamagedHeaderLosesNoRecord() throws {
         let folder = makeJournalFolder(self)
         let file = folder.appendingPathComponent("journal").path
-        let journal = try Journal(directory: folder)
+        let journal = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())
         try journal.append([samplePayload(1), samplePayload(2)])
         journal.close()
         var bytes = try Data(contentsOf: URL(fileURLWithPath: file))
@@ -85,7 +87,7 @@ final class JournalRecoveryTests: XCTestCase {
         try bytes.write(to: URL(fileURLWithPath: file))
 
         let log = JournalEventLog()
-        let reopened = try Journal(directory: folder, events: log.handler)
+        let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)
         XCTAssertEqual(reopened.recovered.map(\.id), [1, 2])
         XCTAssertEqual(log.events.first, .skippedCorruptRecord(file: file, offset: 0))
         XCTAssertEqual(try reopened.append([Data()]), [3])
@@ -93,12 +95,12 @@ final class JournalRecoveryTests: XCTestCase {
 
     func testAFileOfAnUnknownVersionIsRefusedAndLeftAlone() throws {
         let folder = makeJournalFolder(self)
-        try Journal(directory: folder).close()
+        try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem()).close()
         let url = folder.appendingPathComponent("journal")
         var header = Data(JournalFormat.fileMagic) + Data([2, 0, 0, 0]) + Data(count: 12)
         header += withUnsafeBytes(of: CRC32C.checksum(header).littleEndian) { Data($0) } + Data(count: 4) + Data("future".utf8)
         try header.write(to: url)
-        XCTAssertThrowsError(try Journal(directory: folder)) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 2)) }
+        XCTAssertThrowsError(try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 2)) }
         XCTAssertEqual(try Data(contentsOf: url), header)
     }
 

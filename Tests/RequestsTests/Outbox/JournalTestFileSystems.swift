@@ -289,3 +289,12 @@ final class JournalEventLog: @unchecked Sendable {
     var events: [JournalEvent] { mutex.withLock { stored } }
     var handler: @Sendable (JournalEvent) -> Void { { [self] event in mutex.withLock { stored.append(event) } } }
 }
+
+extension Journal.Options {
+    /// No zeros written ahead: the file's size is its content's, for tests that read or cut it.
+    static var exactSize: Journal.Options {
+        var options = Journal.Options()
+        options.preallocation = 0
+        return options
+    }
+}

@@ -165,7 +165,8 @@ extension JournalFormat {
         /// The whole file.
         let bytes: UnsafeRawBufferPointer
         private let directLimit: Int
-        /// `prefixes[i]`: the CRC-32C of `bytes[0..<i * checkpointSpacing]`. Empty until damage is seen.
+        /// `prefixes[i]`: the CRC-32C of `bytes[0..<i * checkpointSpacing]`. Empty until a payload is checked from
+        /// prefixes; then room for the whole file's (`bytes.count / 16` bytes) is reserved, and filled as needed.
         private var prefixes: [UInt32] = []
         private var damageSeen = false
         /// How many bytes went through CRC-32C so far: headers, payloads, prefixes. For tests: it must stay within a
@@ -182,6 +183,7 @@ extension JournalFormat {
         /// The intact record at `offset`, as `JournalFormat.parseRecord` finds it.
         mutating func record(at offset: Int) -> RecordHeader? {
             guard offset >= 0, bytes.count - offset >= recordHeaderSize else { return nil }
+            // The header's checksum covers 24 bytes; counted when the first byte could start the magic.
             if bytes[offset] == recordMagic[0] { checksummedBytes += 24 }
             guard let header = parseRecordHeader(bytes, at: offset), bytes.count - offset >= header.size else { return nil }
             return checksum(from: offset + recordHeaderSize, to: offset + header.size) == header.payloadCRC ? header : nil

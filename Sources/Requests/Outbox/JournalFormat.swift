@@ -1,7 +1,7 @@
 import Foundation
 
-/// The journal's bytes on disk (described for maintainers in docs/outbox-journal.md). All integers are
-/// little-endian.
+/// The journal's bytes on disk (described for maintainers in docs/outbox-journal.md), and `RecordReader`, which reads
+/// them back. All integers are little-endian.
 ///
 /// The file starts with a 32-byte header:
 ///
@@ -129,22 +129,11 @@ enum JournalFormat {
     }
 
     /// The complete, intact record at `offset` of `bytes`: a valid header whose payload is within `bytes` and
-    /// matches its checksum.
+    /// matches its checksum. Recovery reads through a `RecordReader`, which answers the same.
     static func parseRecord(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> RecordHeader? {
         guard let header = parseRecordHeader(bytes, at: offset), bytes.count - offset >= header.size else { return nil }
         let payload = UnsafeRawBufferPointer(rebasing: bytes[offset + recordHeaderSize..<offset + header.size])
         return CRC32C.checksum(payload) == header.payloadCRC ? header : nil
-    }
-
-    /// The offset of the first intact record at or after `offset`, if any.
-    static func nextRecord(_ bytes: UnsafeRawBufferPointer, from offset: Int) -> Int? {
-        var candidate = offset
-        let first = recordMagic[0]
-        while bytes.count - candidate >= recordHeaderSize {
-            if bytes[candidate] == first, parseRecord(bytes, at: candidate) != nil { return candidate }
-            candidate += 1
-        }
-        return nil
     }
 
     private static func append<Integer: FixedWidthInteger>(_ value: Integer, to buffer: inout Data) {
@@ -153,5 +142,93 @@ enum JournalFormat {
 
     private static func load<Integer: FixedWidthInteger>(_ type: Integer.Type, _ bytes: UnsafeRawBufferPointer, _ offset: Int) -> Integer {
         Integer(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Integer.self))
+    }
+}
+
+extension JournalFormat {
+    /// Reads the records of a whole file's bytes the way `parseRecord` does, and after damage finds the next intact
+    /// record, in time linear in the file's size whatever its bytes.
+    ///
+    /// After damage, every later offset is a candidate. A forged header (its own checksum right) can claim a payload
+    /// up to the end of the file, and checking that payload directly costs its length: a file full of them would
+    /// cost the square of its size. So once damage is seen, a payload longer than `directLimit` is checked from the
+    /// checksums of two prefixes of the file (`CRC32C.combine`): the reader keeps the checksum of every prefix whose
+    /// length is a multiple of `checkpointSpacing` (4 bytes per 64 of file), computed once, as far as needed, and
+    /// ends a prefix at any offset by checksumming at most 63 more bytes. Until then (an undamaged file) it reads
+    /// each payload once, directly, and keeps nothing.
+    struct RecordReader {
+        /// Payloads up to this length are checksummed directly even after damage: cheaper than two prefixes.
+        static let defaultDirectLimit = 256
+        /// The distance between two kept prefix checksums.
+        static let checkpointSpacing = 64
+
+        /// The whole file.
+        let bytes: UnsafeRawBufferPointer
+        private let directLimit: Int
+        /// `prefixes[i]`: the CRC-32C of `bytes[0..<i * checkpointSpacing]`. Empty until a payload is checked from
+        /// prefixes; then room for the whole file's (`bytes.count / 16` bytes) is reserved, and filled as needed.
+        private var prefixes: [UInt32] = []
+        private var damageSeen = false
+        /// How many bytes went through CRC-32C so far: headers, payloads, prefixes. For tests: it must stay within a
+        /// small multiple of the file's size.
+        private(set) var checksummedBytes = 0
+
+        /// A reader of `bytes`, the whole file. `directLimit` is for tests, which set 0 to check every payload
+        /// after damage from prefixes.
+        init(_ bytes: UnsafeRawBufferPointer, directLimit: Int = defaultDirectLimit) {
+            self.bytes = bytes
+            self.directLimit = directLimit
+        }
+
+        /// The intact record at `offset`, as `JournalFormat.parseRecord` finds it.
+        mutating func record(at offset: Int) -> RecordHeader? {
+            guard offset >= 0, bytes.count - offset >= recordHeaderSize else { return nil }
+            // The header's checksum covers 24 bytes; counted when the first byte could start the magic.
+            if bytes[offset] == recordMagic[0] { checksummedBytes += 24 }
+            guard let header = parseRecordHeader(bytes, at: offset), bytes.count - offset >= header.size else { return nil }
+            return checksum(from: offset + recordHeaderSize, to: offset + header.size) == header.payloadCRC ? header : nil
+        }
+
+        /// The offset of the first intact record at or after `offset`, if any. Marks damage as seen.
+        mutating func nextRecord(from offset: Int) -> Int? {
+            damageSeen = true
+            var candidate = max(offset, 0)
+            let first = recordMagic[0]
+            while bytes.count - candidate >= recordHeaderSize {
+                if bytes[candidate] == first, record(at: candidate) != nil { return candidate }
+                candidate += 1
+            }
+            return nil
+        }
+
+        /// The CRC-32C of `bytes[start..<end]`.
+        private mutating func checksum(from start: Int, to end: Int) -> UInt32 {
+            let length = end - start
+            guard damageSeen, length > directLimit else {
+                checksummedBytes += length
+                return CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[start..<end]))
+            }
+            // checksum(prefix(end)) == shifted(checksum(prefix(start)), by: length) ^ checksum(bytes[start..<end])
+            return CRC32C.shifted(prefixChecksum(start), by: length) ^ prefixChecksum(end)
+        }
+
+        /// The CRC-32C of `bytes[0..<end]`: the kept checkpoint at or before `end`, continued.
+        private mutating func prefixChecksum(_ end: Int) -> UInt32 {
+            let spacing = Self.checkpointSpacing
+            let checkpoint = end / spacing
+            if prefixes.isEmpty {
+                prefixes.reserveCapacity(bytes.count / spacing + 1)
+                prefixes.append(0)
+            }
+            while prefixes.count <= checkpoint {
+                let start = (prefixes.count - 1) * spacing
+                let piece = UnsafeRawBufferPointer(rebasing: bytes[start..<start + spacing])
+                prefixes.append(CRC32C.checksum(piece, continuing: prefixes[prefixes.count - 1]))
+                checksummedBytes += spacing
+            }
+            let start = checkpoint * spacing
+            checksummedBytes += end - start
+            return CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), continuing: prefixes[checkpoint])
+        }
     }
 }

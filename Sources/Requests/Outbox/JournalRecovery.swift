@@ -30,6 +30,9 @@ struct JournalScan: Equatable {
     var events: [JournalEvent] = []
     /// The version of a well-formed header of an unknown format, which must not be touched.
     var unsupportedVersion: UInt32?
+    /// How many bytes of records went through CRC-32C: the file's size once if it is undamaged, and a small
+    /// multiple of it at most whatever the bytes (see `JournalFormat.RecordReader`).
+    var checksummedBytes = 0
 
     /// The sum of the live records' sizes.
     var liveBytes: UInt64 { index.values.reduce(0) { $0 + $1.size } }
@@ -43,6 +46,8 @@ struct JournalScan: Equatable {
             return
         }
         var position = JournalFormat.fileHeaderSize
+        var reader = JournalFormat.RecordReader(bytes)
+        defer { checksummedBytes = reader.checksummedBytes }
         switch JournalFormat.parseFileHeader(bytes) {
         case let .valid(floor): self.floor = floor
         case let .unsupported(version):
@@ -51,13 +56,13 @@ struct JournalScan: Equatable {
         case .corrupt:
             needsNewHeader = true
             events.append(.skippedCorruptRecord(file: file, offset: 0))
-            position = JournalFormat.nextRecord(bytes, from: 0) ?? count
+            position = reader.nextRecord(from: 0) ?? count
         }
         validLength = UInt64(position)
         var removed = Set<UInt64>()
         var batch: [(header: JournalFormat.RecordHeader, offset: Int)] = []
         while position < count {
-            if let header = JournalFormat.parseRecord(bytes, at: position) {
+            if let header = reader.record(at: position) {
                 batch.append((header, position))
                 position += header.size
                 if !header.continues {
@@ -65,7 +70,7 @@ struct JournalScan: Equatable {
                     batch.removeAll()
                     validLength = UInt64(position)
                 }
-            } else if let next = JournalFormat.nextRecord(bytes, from: position + 1) {
+            } else if let next = reader.nextRecord(from: position + 1) {
                 events.append(.skippedCorruptRecord(file: file, offset: UInt64(position)))
                 skippedDamage = true
                 position = next

@@ -78,8 +78,9 @@ struct JournalScan: Equatable {
                 break
             }
         }
-        // Anything after the last whole batch: an unfinished batch, a torn record, or bytes that are no record.
-        if validLength < UInt64(count) {
+        // Anything after the last whole batch: an unfinished batch, a torn record, or bytes that are no record; but
+        // zeros only are the space the journal writes ahead (`Journal.Options.preallocation`), not damage.
+        if validLength < UInt64(count), !UnsafeRawBufferPointer(rebasing: bytes[Int(validLength)...]).allSatisfy({ $0 == 0 }) {
             events.append(.discardedTornTail(file: file, offset: validLength))
         }
     }

@@ -100,7 +100,7 @@ final class JournalRecoveryTests: XCTestCase {
         var header = Data(JournalFormat.fileMagic) + Data([2, 0, 0, 0]) + Data(count: 12)
         header += withUnsafeBytes(of: CRC32C.checksum(header).littleEndian) { Data($0) } + Data(count: 4) + Data("future".utf8)
         try header.write(to: url)
-        XCTAssertThrowsError(try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 2)) }
+        XCTAssertThrowsError(try Journal(directory: folder)) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 2)) }
         XCTAssertEqual(try Data(contentsOf: url), header)
     }
 

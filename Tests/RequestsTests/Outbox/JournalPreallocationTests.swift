@@ -1,0 +1,107 @@
+import Foundation
+@testable import Requests
+import XCTest
+
+/// The zeros the journal writes ahead of its records (`Journal.Options.preallocation`): the file grows in steps,
+/// recovery takes a tail of zeros for that space and not for damage, a close gives the space back, and a full disk
+/// while writing them leaves nothing of the call.
+final class JournalPreallocationTests: XCTestCase {
+    private let step: UInt64 = 4096
+
+    private var options: Journal.Options {
+        var options = Journal.Options()
+        options.preallocation = step
+        options.compactionMinimum = .max
+        return options
+    }
+
+    /// The bytes of a file header and of `payloads`' records.
+    private func contentSize(_ payloads: [Data]) -> Int {
+        JournalFormat.fileHeaderSize + payloads.reduce(0) { $0 + JournalFormat.recordHeaderSize + $1.count }
+    }
+
+    private func size(_ url: URL) throws -> Int {
+        try XCTUnwrap(FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int)
+    }
+
+    /// A copy of the open journal's folder, as a crash would leave it (the journal never closed).
+    private func crashCopy(of folder: URL) throws -> URL {
+        let copy = folder.deletingLastPathComponent().appendingPathComponent("crash-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.copyItem(at: folder.appendingPathComponent("journal"), to: copy.appendingPathComponent("journal"))
+        return copy
+    }
+
+    func testTheFileGrowsInStepsAndACloseGivesTheSpaceBack() throws {
+        let folder = makeJournalFolder(self)
+        let file = folder.appendingPathComponent("journal")
+        let journal = try Journal(directory: folder, options: options, fileSystem: PosixJournalFileSystem())
+        let payloads = (1...60).map { samplePayload($0, size: 100) }
+        for payload in payloads { try journal.append([payload]) }
+        let content = contentSize(payloads)
+        XCTAssertGreaterThan(content, Int(step), "the test crosses a step")
+        XCTAssertEqual(try size(file), Int(Journal.roundedUp(UInt64(content), to: step)), "zeros up to the next step")
+        journal.close()
+        XCTAssertEqual(try size(file), content, "a close cuts the zeros off")
+        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), payloads)
+    }
+
+    func testAfterACrashAZeroTailIsNoDamageAndATornRecordInItIs() throws {
+        let folder = makeJournalFolder(self)
+        let journal = try Journal(directory: folder, options: options, fileSystem: PosixJournalFileSystem())
+        defer { journal.close() }
+        let payloads = (1...5).map { samplePayload($0, size: 40) }
+        for payload in payloads { try journal.append([payload]) }
+        let content = contentSize(payloads)
+
+        let quiet = try crashCopy(of: folder)
+        XCTAssertGreaterThan(try size(quiet.appendingPathComponent("journal")), content, "zeros after the records")
+        let log = JournalEventLog()
+        let reopened = try Journal(directory: quiet, events: log.handler)
+        XCTAssertEqual(reopened.recovered.map(\.payload), payloads)
+        XCTAssertEqual(log.events, [], "zeros written ahead are not a torn tail")
+        XCTAssertEqual(try reopened.append([samplePayload(6)]), [6])
+        reopened.close()
+
+        // A record cut short by the crash, inside the zeros: a torn tail, reported and cut off.
+        let torn = try crashCopy(of: folder)
+        let tornFile = torn.appendingPathComponent("journal")
+        var record = Data()
+        let header = JournalFormat.RecordHeader(kind: .put, continues: false, id: 6, length: 40, payloadCRC: CRC32C.checksum(samplePayload(6, size: 40)))
+        JournalFormat.appendRecordHeader(header, to: &record)
+        record += samplePayload(6, size: 40).prefix(10)
+        let handle = try FileHandle(forWritingTo: tornFile)
+        try handle.seek(toOffset: UInt64(content))
+        try handle.write(contentsOf: record)
+        try handle.close()
+        let tornLog = JournalEventLog()
+        let recovered = try Journal(directory: torn, events: tornLog.handler)
+        XCTAssertEqual(recovered.recovered.map(\.payload), payloads)
+        XCTAssertEqual(tornLog.events, [.discardedTornTail(file: tornFile.path, offset: UInt64(content))])
+        XCTAssertEqual(try size(tornFile), content, "cut off at the last whole record, zeros and all")
+        recovered.close()
+    }
+
+    func testAFullDiskWhileWritingZerosLeavesNothingOfTheCall() throws {
+        let folder = makeJournalFolder(self)
+        let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
+        let journal = try Journal(directory: folder, options: options, fileSystem: fileSystem)
+        // The first append writes zeros up to the first step, then its record: two writes.
+        let writes = fileSystem.count(.write)
+        try journal.append([samplePayload(1)])
+        XCTAssertEqual(fileSystem.count(.write), writes + 2)
+        // Appends within the step are one write each.
+        try journal.append([samplePayload(2)])
+        XCTAssertEqual(fileSystem.count(.write), writes + 3)
+        // The next step's zeros fail half-way: the call throws, and nothing of it remains.
+        let failing = fileSystem.count(.write) + 1
+        fileSystem.setFault { call, number, _ in call == .write && number == failing ? .fail(errno: ENOSPC, writtenFirst: 100) : nil }
+        XCTAssertThrowsError(try journal.append([samplePayload(3, size: Int(step))])) {
+            XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: "write"))
+        }
+        fileSystem.setFault(nil)
+        XCTAssertEqual(try journal.append([samplePayload(4)]), [4], "space is back (ids are never reused)")
+        journal.close()
+        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(1), samplePayload(2), samplePayload(4)])
+    }
+}

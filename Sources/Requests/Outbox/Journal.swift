@@ -265,22 +265,29 @@ final class Journal: @unchecked Sendable {
         let cut = mustCut
         let syncFolder = folderUnsynced
         let (bytes, starts) = JournalBatch.concatenate(group)
-        // Zeros written ahead, in steps of `preallocation`: a sync after a write within the file's size commits no
-        // change of size, which costs a third less here (docs/outbox-journal.md). Recovery ignores a tail of zeros.
-        let (zerosFrom, zerosTo) = (cut ? start : allocated, options.preallocation == 0 ? 0 : Self.roundedUp(start + UInt64(bytes.count), to: options.preallocation))
+        // Zeros written ahead, after the records up to the next step of `preallocation`: a later sync of records
+        // within the file's size commits no change of size, which costs a third less here (docs/outbox-journal.md).
+        // Recovery ignores a tail of zeros. They are optional: failing to write them (a nearly full disk) fails
+        // nothing.
+        let end = start + UInt64(bytes.count)
+        let zerosFrom = max(cut ? start : allocated, end)
+        let zerosTo = options.preallocation == 0 ? 0 : Self.roundedUp(end, to: options.preallocation)
         allocated = max(zerosFrom, zerosTo)
         lock.unlock()
         var failure: JournalError?
         var folderSynced = !syncFolder
         var syncTime: UInt64 = 0
+        var zerosFailed = false
         do {
             if cut { try cutOff(target, at: start) }
             if syncFolder {
                 try fileSystem.syncDirectory(directoryFile)
                 folderSynced = true
             }
-            if zerosTo > zerosFrom { try fileSystem.write(target, Data(count: Int(zerosTo - zerosFrom)), at: zerosFrom) }
             try fileSystem.write(target, bytes, at: start)
+            if zerosTo > zerosFrom, (try? fileSystem.write(target, Data(count: Int(zerosTo - zerosFrom)), at: zerosFrom)) == nil {
+                zerosFailed = true
+            }
             let syncStart = DispatchTime.now().uptimeNanoseconds
             try fileSystem.syncData(target)
             syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
@@ -293,6 +300,7 @@ final class Journal: @unchecked Sendable {
         lock.lock()
         mustCut = cutFailed
         if failure != nil, !cutFailed { allocated = start }
+        if failure == nil, zerosFailed { allocated = end }
         folderUnsynced = !folderSynced
         lastGroupSize = group.count
         groupsWritten += 1

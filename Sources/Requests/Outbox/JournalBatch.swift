@@ -28,7 +28,8 @@ final class JournalBatch {
             guard payload.count <= min(limit, Int(UInt32.max)) else { throw JournalError.recordTooLarge(size: payload.count, limit: limit) }
             changes.append(Change(kind: kind, id: id, offset: bytes.count, length: payload.count))
             let header = JournalFormat.RecordHeader(
-                kind: kind, continues: position < payloads.count - 1, id: id, length: payload.count, payloadCRC: CRC32C.checksum(payload))
+                kind: kind, continues: position < payloads.count - 1, id: id, length: payload.count, payloadCRC: CRC32C.checksum(payload),
+                starts: position == 0)
             JournalFormat.appendRecordHeader(header, to: &bytes)
             bytes.append(payload)
         }
@@ -46,7 +47,8 @@ final class JournalBatch {
     func addRemovals(_ ids: [UInt64]) {
         for (position, id) in ids.enumerated() {
             changes.append(Change(kind: .remove, id: id, offset: bytes.count, length: 0))
-            let header = JournalFormat.RecordHeader(kind: .remove, continues: position < ids.count - 1, id: id, length: 0, payloadCRC: 0)
+            let header = JournalFormat.RecordHeader(
+                kind: .remove, continues: position < ids.count - 1, id: id, length: 0, payloadCRC: 0, starts: position == 0)
             JournalFormat.appendRecordHeader(header, to: &bytes)
         }
     }

@@ -43,6 +43,7 @@ enum JournalCompaction {
                 }
                 header.kind = .put
                 header.continues = false
+                header.starts = true
                 outcome.index[id] = JournalLocation(offset: outcome.length + UInt64(buffer.count), length: location.length)
                 JournalFormat.appendRecordHeader(header, to: &buffer)
                 buffer.append(record.dropFirst(JournalFormat.recordHeaderSize))

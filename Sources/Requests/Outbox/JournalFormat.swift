@@ -8,7 +8,7 @@ import Foundation
 /// | Offset | Size | Field                                                        |
 /// |--------|------|--------------------------------------------------------------|
 /// | 0      | 8    | magic `RQJOURNL`                                             |
-/// | 8      | 4    | format version, 1                                            |
+/// | 8      | 4    | format version, 2 (1 is read too: see `RecordHeader.starts`) |
 /// | 12     | 4    | reserved, 0                                                  |
 /// | 16     | 8    | id floor: every id given from this file on is at least this  |
 /// | 24     | 4    | CRC-32C of bytes 0..<24                                      |
@@ -20,7 +20,8 @@ import Foundation
 /// |--------|------|--------------------------------------------------------------|
 /// | 0      | 4    | magic `RQJR`                                                 |
 /// | 4      | 1    | kind: 1 put, 2 update, 3 remove (a tombstone, no payload)    |
-/// | 5      | 1    | flags: bit 0 set if the next record belongs to the same call |
+/// | 5      | 1    | flags: bit 0 the next record belongs to the same call; bit 1 |
+/// |        |      | the record is the first of its call (format 2)               |
 /// | 6      | 2    | reserved, 0                                                  |
 /// | 8      | 8    | record id                                                    |
 /// | 16     | 4    | payload length                                               |
@@ -28,7 +29,7 @@ import Foundation
 /// | 24     | 4    | CRC-32C of bytes 0..<24 of this header                       |
 enum JournalFormat {
     static let fileMagic: [UInt8] = Array("RQJOURNL".utf8)
-    static let version: UInt32 = 1
+    static let version: UInt32 = 2
     static let fileHeaderSize = 32
     /// `RQJR` as it is stored.
     static let recordMagic: [UInt8] = Array("RQJR".utf8)
@@ -54,13 +55,16 @@ enum JournalFormat {
         var id: UInt64
         var length: Int
         var payloadCRC: UInt32
+        /// The record is the first of its call (flag bit 1, written since format 2): after damage, recovery resumes
+        /// only at such a record, so that the rest of a damaged call never counts as a whole call.
+        var starts = true
         /// The whole record's size: header and payload.
         var size: Int { recordHeaderSize + length }
     }
 
     /// What the first bytes of a file say.
     enum FileHeader: Equatable {
-        case valid(floor: UInt64)
+        case valid(floor: UInt64, version: UInt32)
         /// A well-formed header of a format this code does not know.
         case unsupported(version: UInt32)
         /// Too short, or not a header, or damaged.
@@ -85,8 +89,8 @@ enum JournalFormat {
         let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[0..<24]))
         guard checksum == load(UInt32.self, bytes, 24), load(UInt32.self, bytes, 28) == 0 else { return .corrupt }
         let version = load(UInt32.self, bytes, 8)
-        guard version == self.version else { return .unsupported(version: version) }
-        return .valid(floor: load(UInt64.self, bytes, 16))
+        guard version == 1 || version == self.version else { return .unsupported(version: version) }
+        return .valid(floor: load(UInt64.self, bytes, 16), version: version)
     }
 
     /// Appends a record header to `buffer`; `patch(id:in:at:)` may change its id later.
@@ -96,7 +100,7 @@ enum JournalFormat {
         bytes.withUnsafeMutableBytes { raw in
             for (index, byte) in recordMagic.enumerated() { raw[index] = byte }
             raw[4] = header.kind.rawValue
-            raw[5] = header.continues ? 1 : 0
+            raw[5] = (header.continues ? 1 : 0) | (header.starts ? 2 : 0)
             raw.storeBytes(of: header.id.littleEndian, toByteOffset: 8, as: UInt64.self)
             raw.storeBytes(of: UInt32(header.length).littleEndian, toByteOffset: 16, as: UInt32.self)
             raw.storeBytes(of: header.payloadCRC.littleEndian, toByteOffset: 20, as: UInt32.self)
@@ -122,10 +126,12 @@ enum JournalFormat {
         let header = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + recordHeaderSize])
         guard header.starts(with: recordMagic) else { return nil }
         guard CRC32C.checksum(UnsafeRawBufferPointer(rebasing: header[0..<24])) == load(UInt32.self, header, 24) else { return nil }
-        guard let kind = Kind(rawValue: header[4]), header[5] & ~1 == 0, header[6] == 0, header[7] == 0 else { return nil }
+        guard let kind = Kind(rawValue: header[4]), header[5] & ~3 == 0, header[6] == 0, header[7] == 0 else { return nil }
         let length = Int(load(UInt32.self, header, 16))
         guard kind != .remove || length == 0 else { return nil }
-        return RecordHeader(kind: kind, continues: header[5] == 1, id: load(UInt64.self, header, 8), length: length, payloadCRC: load(UInt32.self, header, 20))
+        return RecordHeader(
+            kind: kind, continues: header[5] & 1 != 0, id: load(UInt64.self, header, 8), length: length, payloadCRC: load(UInt32.self, header, 20),
+            starts: header[5] & 2 != 0)
     }
 
     /// The complete, intact record at `offset` of `bytes`: a valid header whose payload is within `bytes` and

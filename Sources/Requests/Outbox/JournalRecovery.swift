@@ -46,10 +46,16 @@ struct JournalScan: Equatable {
             return
         }
         var position = JournalFormat.fileHeaderSize
+        // Taking records again after damage: only at one that starts a call.
+        var resuming = false
+        var anyRecordStarts = false
         var reader = JournalFormat.RecordReader(bytes)
         defer { checksummedBytes = reader.checksummedBytes }
         switch JournalFormat.parseFileHeader(bytes) {
-        case let .valid(floor): self.floor = floor
+        case let .valid(floor, version):
+            self.floor = floor
+            // Format 1 did not mark the first record of a call: after damage, any intact record is taken.
+            anyRecordStarts = version == 1
         case let .unsupported(version):
             unsupportedVersion = version
             return
@@ -57,12 +63,26 @@ struct JournalScan: Equatable {
             needsNewHeader = true
             events.append(.skippedCorruptRecord(file: file, offset: 0))
             position = reader.nextRecord(from: 0) ?? count
+            resuming = true
         }
         validLength = UInt64(position)
         var removed = Set<UInt64>()
         var batch: [(header: JournalFormat.RecordHeader, offset: Int)] = []
         while position < count {
             if let header = reader.record(at: position) {
+                let starts = header.starts || anyRecordStarts
+                // After damage, the rest of a damaged call: skipped with it.
+                if resuming, !starts {
+                    position += header.size
+                    continue
+                }
+                resuming = false
+                // A call that starts before the last one ended: that one lost its end to damage.
+                if starts, !anyRecordStarts, let first = batch.first {
+                    events.append(.skippedCorruptRecord(file: file, offset: UInt64(first.offset)))
+                    skippedDamage = true
+                    batch.removeAll()
+                }
                 batch.append((header, position))
                 position += header.size
                 if !header.continues {
@@ -73,6 +93,10 @@ struct JournalScan: Equatable {
             } else if let next = reader.nextRecord(from: position + 1) {
                 events.append(.skippedCorruptRecord(file: file, offset: UInt64(position)))
                 skippedDamage = true
+                // The call the damage fell in exists only as a whole: what was read of it is dropped, and what
+                // follows the damage is taken from the next record that starts a call.
+                batch.removeAll()
+                resuming = true
                 position = next
             } else {
                 break

@@ -82,26 +82,32 @@ final class JournalPreallocationTests: XCTestCase {
         recovered.close()
     }
 
-    func testAFullDiskWhileWritingZerosLeavesNothingOfTheCall() throws {
+    func testZerosFollowTheRecordsAndAFullDiskWhileWritingThemFailsNothing() throws {
         let folder = makeJournalFolder(self)
         let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
         let journal = try Journal(directory: folder, options: options, fileSystem: fileSystem)
-        // The first append writes zeros up to the first step, then its record: two writes.
+        // The first append writes its record, then zeros up to the first step: two writes.
         let writes = fileSystem.count(.write)
         try journal.append([samplePayload(1)])
         XCTAssertEqual(fileSystem.count(.write), writes + 2)
         // Appends within the step are one write each.
         try journal.append([samplePayload(2)])
         XCTAssertEqual(fileSystem.count(.write), writes + 3)
-        // The next step's zeros fail half-way: the call throws, and nothing of it remains.
-        let failing = fileSystem.count(.write) + 1
-        fileSystem.setFault { call, number, _ in call == .write && number == failing ? .fail(errno: ENOSPC, writtenFirst: 100) : nil }
-        XCTAssertThrowsError(try journal.append([samplePayload(3, size: Int(step))])) {
+        // The next step's zeros (the second write of this call) fail half-way: the call still succeeds.
+        let zeros = fileSystem.count(.write) + 2
+        fileSystem.setFault { call, number, _ in call == .write && number == zeros ? .fail(errno: ENOSPC, writtenFirst: 100) : nil }
+        XCTAssertEqual(try journal.append([samplePayload(3, size: Int(step))]), [3])
+        XCTAssertEqual(fileSystem.count(.write), zeros)
+        // A record's own write failing fails its call, and nothing of it remains.
+        let record = fileSystem.count(.write) + 1
+        fileSystem.setFault { call, number, _ in call == .write && number == record ? .fail(errno: ENOSPC, writtenFirst: 10) : nil }
+        XCTAssertThrowsError(try journal.append([samplePayload(4)])) {
             XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: "write"))
         }
         fileSystem.setFault(nil)
-        XCTAssertEqual(try journal.append([samplePayload(4)]), [4], "space is back (ids are never reused)")
+        XCTAssertEqual(try journal.append([samplePayload(5)]), [5], "space is back (ids are never reused)")
         journal.close()
-        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(1), samplePayload(2), samplePayload(4)])
+        let expected = [samplePayload(1), samplePayload(2), samplePayload(3, size: Int(step)), samplePayload(5)]
+        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), expected)
     }
 }

@@ -97,10 +97,10 @@ final class JournalRecoveryTests: XCTestCase {
         let folder = makeJournalFolder(self)
         try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem()).close()
         let url = folder.appendingPathComponent("journal")
-        var header = Data(JournalFormat.fileMagic) + Data([2, 0, 0, 0]) + Data(count: 12)
+        var header = Data(JournalFormat.fileMagic) + Data([3, 0, 0, 0]) + Data(count: 12)
         header += withUnsafeBytes(of: CRC32C.checksum(header).littleEndian) { Data($0) } + Data(count: 4) + Data("future".utf8)
         try header.write(to: url)
-        XCTAssertThrowsError(try Journal(directory: folder)) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 2)) }
+        XCTAssertThrowsError(try Journal(directory: folder)) { XCTAssertEqual($0 as? JournalError, .unsupportedVersion(url, version: 3)) }
         XCTAssertEqual(try Data(contentsOf: url), header)
     }
 
@@ -112,7 +112,7 @@ final class JournalRecoveryTests: XCTestCase {
         var file = Data()
         /// Every payload each id ever had.
         var versions: [UInt64: Set<Data>] = [:]
-        /// Where each id's records are in `file`.
+        /// Where the calls holding each id's records are in `file`.
         var spans: [UInt64: [Range<Int>]] = [:]
     }
 
@@ -148,9 +148,17 @@ final class JournalRecoveryTests: XCTestCase {
         history.file = memory.contents(of: "journal") ?? Data()
         history.file.withUnsafeBytes { bytes in
             var offset = JournalFormat.fileHeaderSize
+            // A call exists only as a whole: each id's span is the whole call its record is in.
+            var call: [UInt64] = []
+            var callStart = offset
             while let header = JournalFormat.parseRecord(bytes, at: offset) {
-                history.spans[header.id, default: []].append(offset..<offset + header.size)
+                call.append(header.id)
                 offset += header.size
+                if !header.continues {
+                    for id in call { history.spans[id, default: []].append(callStart..<offset) }
+                    call = []
+                    callStart = offset
+                }
             }
         }
         return history
@@ -187,7 +195,7 @@ final class JournalRecoveryTests: XCTestCase {
         }
     }
 
-    func testEveryBitFlipLosesOnlyTheRecordItHitsAndInventsNothing() throws {
+    func testEveryBitFlipLosesOnlyTheCallItHitsAndInventsNothing() throws {
         let history = try makeHistory()
         let final = try XCTUnwrap(history.checkpoints.last).live
         for bit in 0..<history.file.count * 8 {

@@ -39,7 +39,7 @@ func forgedJournalFile(size: Int) -> Data {
 }
 
 /// A record header whose own checksum is right, whatever its fields.
-func forgedRecordHeader(kind: UInt8 = 1, flags: UInt8 = 0, id: UInt64, length: UInt32, payloadCRC: UInt32) -> Data {
+func forgedRecordHeader(kind: UInt8 = 1, flags: UInt8 = 2, id: UInt64, length: UInt32, payloadCRC: UInt32) -> Data {
     var header = Data("RQJR".utf8) + [kind, flags, 0, 0]
     withUnsafeBytes(of: id.littleEndian) { header.append(contentsOf: $0) }
     withUnsafeBytes(of: length.littleEndian) { header.append(contentsOf: $0) }

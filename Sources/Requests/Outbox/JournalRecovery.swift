@@ -11,7 +11,8 @@ struct JournalLocation: Equatable {
 
 /// What the bytes of a journal file hold, read the way `Journal` recovers them: records in file order, a call's
 /// records (a batch: those with the `continues` flag and the one after them) applied only when the batch is whole,
-/// a damaged stretch skipped up to the next intact record, and whatever follows the last intact batch cut off.
+/// a damaged stretch skipped with the batch it fell in, up to the next intact record that starts a batch, and
+/// whatever follows the last intact batch cut off (no event when it is zeros only: the space written ahead).
 /// Never traps, whatever the bytes.
 struct JournalScan: Equatable {
     /// The live records.

@@ -24,14 +24,6 @@ final class JournalPreallocationTests: XCTestCase {
         try XCTUnwrap(FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int)
     }
 
-    /// A copy of the open journal's folder, as a crash would leave it (the journal never closed).
-    private func crashCopy(of folder: URL) throws -> URL {
-        let copy = folder.deletingLastPathComponent().appendingPathComponent("crash-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-        try FileManager.default.copyItem(at: folder.appendingPathComponent("journal"), to: copy.appendingPathComponent("journal"))
-        return copy
-    }
-
     func testTheFileGrowsInStepsAndACloseGivesTheSpaceBack() throws {
         let folder = makeJournalFolder(self)
         let file = folder.appendingPathComponent("journal")
@@ -54,7 +46,7 @@ final class JournalPreallocationTests: XCTestCase {
         for payload in payloads { try journal.append([payload]) }
         let content = contentSize(payloads)
 
-        let quiet = try crashCopy(of: folder)
+        let quiet = try crashCopy(ofJournalIn: folder)
         XCTAssertGreaterThan(try size(quiet.appendingPathComponent("journal")), content, "zeros after the records")
         let log = JournalEventLog()
         let reopened = try Journal(directory: quiet, events: log.handler)
@@ -64,7 +56,7 @@ final class JournalPreallocationTests: XCTestCase {
         reopened.close()
 
         // A record cut short by the crash, inside the zeros: a torn tail, reported and cut off.
-        let torn = try crashCopy(of: folder)
+        let torn = try crashCopy(ofJournalIn: folder)
         let tornFile = torn.appendingPathComponent("journal")
         var record = Data()
         let header = JournalFormat.RecordHeader(kind: .put, continues: false, id: 6, length: 40, payloadCRC: CRC32C.checksum(samplePayload(6, size: 40)))

@@ -298,3 +298,12 @@ extension Journal.Options {
         return options
     }
 }
+
+/// A copy of a journal folder's file in a new folder beside it, taken while its journal is open: the file as a crash
+/// would leave it (never closed), zeros written ahead included.
+func crashCopy(ofJournalIn folder: URL) throws -> URL {
+    let copy = folder.deletingLastPathComponent().appendingPathComponent("crash-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+    try FileManager.default.copyItem(at: folder.appendingPathComponent("journal"), to: copy.appendingPathComponent("journal"))
+    return copy
+}

@@ -6,16 +6,12 @@ import XCTest
 /// reads as zeros while a later one of the same call is intact. The call exists only as a whole, so recovery must
 /// not take the intact rest of it for a call of its own.
 final class JournalTornCallTests: XCTestCase {
-    private let folderName = "journal"
-
     /// Opens a journal, runs `calls`, and returns a copy of its file as a crash would leave it (never closed).
     private func crashedFile(_ calls: (Journal) throws -> Void) throws -> (folder: URL, file: URL) {
         let folder = makeJournalFolder(self)
         let journal = try Journal(directory: folder)
         try calls(journal)
-        let copy = folder.deletingLastPathComponent().appendingPathComponent("crash-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-        try FileManager.default.copyItem(at: folder.appendingPathComponent("journal"), to: copy.appendingPathComponent("journal"))
+        let copy = try crashCopy(ofJournalIn: folder)
         journal.close()
         return (copy, copy.appendingPathComponent("journal"))
     }

@@ -33,6 +33,8 @@ public final class Outbox: @unchecked Sendable {
     let options: OutboxOptions
     let journal: Journal
     let types: [String: any OutboxRequest.Type]
+    /// The registered types' names, computed once: the default name costs a runtime type lookup.
+    let typeNames: [ObjectIdentifier: String]
     /// Where attempts complete and timers fire.
     let callbacks = DispatchQueue(label: "Requests.Outbox")
 
@@ -73,8 +75,13 @@ public final class Outbox: @unchecked Sendable {
         self.options = options
         suspended = options.startsSuspended
         var types: [String: any OutboxRequest.Type] = [:]
-        for type in requestTypes { types[type.outboxName] = type }
+        var typeNames: [ObjectIdentifier: String] = [:]
+        for type in requestTypes {
+            types[type.outboxName] = type
+            typeNames[ObjectIdentifier(type)] = type.outboxName
+        }
         self.types = types
+        self.typeNames = typeNames
         let events = OutboxJournalEvents()
         do {
             journal = try Journal(directory: directory, events: { events.record($0) })
@@ -126,7 +133,7 @@ public final class Outbox: @unchecked Sendable {
     /// Stores `requests` durably, with one `fsync`, in this order in `lane`; all or none are stored.
     @discardableResult
     public func enqueue<R: OutboxRequest>(contentsOf requests: [R], lane: String? = nil, expiresAt: Date? = nil) throws -> [OutboxEntry] {
-        let typeName = R.outboxName
+        let typeName = typeNames[ObjectIdentifier(R.self)] ?? R.outboxName
         guard types[typeName] != nil else { throw OutboxError.unregisteredType(typeName) }
         guard !requests.isEmpty else { return [] }
         let now = Date()

@@ -313,7 +313,7 @@ final class Journal: @unchecked Sendable {
                 for change in batch.changes { apply(change, at: start + UInt64(base + change.offset)) }
                 batch.result = .success(())
             }
-            length = start + UInt64(bytes.count)
+            length = end
         }
         let compacts = failure == nil && !isClosed && shouldCompact()
         // Woken without the lock held, so that they do not wake only to wait for it.

@@ -8,25 +8,34 @@ enum OutboxRecord {
     static let maximumParkedBody = 64 << 10
 
     /// A random (version 4) UUID in lower case, the form the `Idempotency-Key` is sent in. Formatted here because
-    /// `UUID().uuidString.lowercased()` costs as much as the rest of an enqueue's bookkeeping.
+    /// `UUID().uuidString.lowercased()` costs as much as the rest of an enqueue's bookkeeping, and its 122 random
+    /// bits come from the system generator (`getrandom` on Linux, `arc4random` on Apple platforms), because
+    /// `UUID()` on Linux opens and reads `/dev/urandom` each time.
     static func newKey() -> String {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        let uuid = UUID().uuid
-        return withUnsafeBytes(of: uuid) { bytes in
-            String(unsafeUninitializedCapacity: 36) { buffer in
+        var generator = SystemRandomNumberGenerator()
+        var bits = (generator.next(), generator.next())
+        return withUnsafeMutableBytes(of: &bits) { bytes in
+            bytes[6] = bytes[6] & 0x0F | 0x40
+            bytes[8] = bytes[8] & 0x3F | 0x80
+            return String(unsafeUninitializedCapacity: 36) { buffer in
                 var position = 0
-                for (index, byte) in bytes.enumerated() {
+                for index in 0..<16 {
                     if index == 4 || index == 6 || index == 8 || index == 10 {
                         buffer[position] = UInt8(ascii: "-")
                         position += 1
                     }
-                    buffer[position] = hex[Int(byte >> 4)]
-                    buffer[position + 1] = hex[Int(byte & 0x0F)]
+                    let byte = bytes[index]
+                    buffer[position] = hexDigit(byte >> 4)
+                    buffer[position + 1] = hexDigit(byte & 0x0F)
                     position += 2
                 }
                 return position
             }
         }
+    }
+
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 
     static func encode(_ entry: OutboxEntry) -> Data {

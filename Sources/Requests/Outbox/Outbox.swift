@@ -138,12 +138,11 @@ public final class Outbox: @unchecked Sendable {
         guard !requests.isEmpty else { return [] }
         let now = Date()
         let expiry = expiresAt ?? options.expiresAfter.map { now.addingTimeInterval($0) }
-        let encoder = JSONEncoder()
         var entries: [OutboxEntry] = []
         for request in requests {
             let encoded: Data
             do {
-                encoded = try encoder.encode(request)
+                encoded = try StreamingJSONEncoder.encode(request)
             } catch {
                 throw OutboxError.cannotEncode(requestType: typeName, OutboxVerdict.describe(error))
             }

@@ -40,7 +40,7 @@ public struct OutboxEntry: Sendable, Hashable, Identifiable {
     public internal(set) var attempts: Int
     /// Why the entry was parked, for an entry in ``Outbox/deadLetters``; `nil` for a pending entry.
     public internal(set) var deadLetter: OutboxDeadLetter?
-    /// The request, as it was encoded (JSON).
+    /// The request, as it was encoded: JSON that `JSONDecoder` decodes (keys in the order the request encoded them).
     public let encodedRequest: Data
 
     /// The request, decoded as `type`, or `nil` when it is of another type or cannot be decoded.

@@ -12,7 +12,8 @@ final class JournalBatch {
         var length: Int
     }
 
-    var bytes = Data()
+    /// The records, in the file's format (an array: `Data` costs several times more per append).
+    var bytes: [UInt8] = []
     var changes: [Change] = []
     /// Set when the batch is durable or failed.
     var result: Result<Void, JournalError>?
@@ -24,6 +25,7 @@ final class JournalBatch {
     /// Records of `kind` for `id` (patched later for puts), one per payload, each payload at most `limit` bytes.
     init(kind: JournalFormat.Kind, id: UInt64, payloads: [Data], limit: Int) throws {
         bytes.reserveCapacity(payloads.reduce(0) { $0 + JournalFormat.recordHeaderSize + $1.count })
+        changes.reserveCapacity(payloads.count)
         for (position, payload) in payloads.enumerated() {
             guard payload.count <= min(limit, Int(UInt32.max)) else { throw JournalError.recordTooLarge(size: payload.count, limit: limit) }
             changes.append(Change(kind: kind, id: id, offset: bytes.count, length: payload.count))
@@ -31,7 +33,7 @@ final class JournalBatch {
                 kind: kind, continues: position < payloads.count - 1, id: id, length: payload.count, payloadCRC: CRC32C.checksum(payload),
                 starts: position == 0)
             JournalFormat.appendRecordHeader(header, to: &bytes)
-            bytes.append(payload)
+            bytes.append(contentsOf: payload)
         }
     }
 
@@ -55,12 +57,13 @@ final class JournalBatch {
 
     /// The bytes of `group`, one after the other, and where each batch's start in them.
     static func concatenate(_ group: [JournalBatch]) -> (bytes: Data, starts: [Int]) {
-        if group.count == 1 { return (group[0].bytes, [0]) }
+        if group.count == 1 { return (Data(group[0].bytes), [0]) }
         var bytes = Data(capacity: group.reduce(0) { $0 + $1.bytes.count })
         var starts: [Int] = []
+        starts.reserveCapacity(group.count)
         for batch in group {
             starts.append(bytes.count)
-            bytes.append(batch.bytes)
+            bytes.append(contentsOf: batch.bytes)
         }
         return (bytes, starts)
     }

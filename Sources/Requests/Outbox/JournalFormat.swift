@@ -94,10 +94,11 @@ enum JournalFormat {
     }
 
     /// Appends a record header to `buffer`; `patch(id:in:at:)` may change its id later.
-    static func appendRecordHeader(_ header: RecordHeader, to buffer: inout Data) {
-        // Built in a fixed array and appended once: appending small pieces to `Data` costs several times more.
-        var bytes = [UInt8](repeating: 0, count: 28)
-        bytes.withUnsafeMutableBytes { raw in
+    static func appendRecordHeader(_ header: RecordHeader, to buffer: inout [UInt8]) {
+        let start = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: recordHeaderSize))
+        buffer.withUnsafeMutableBytes { all in
+            let raw = UnsafeMutableRawBufferPointer(rebasing: all[start...])
             for (index, byte) in recordMagic.enumerated() { raw[index] = byte }
             raw[4] = header.kind.rawValue
             raw[5] = (header.continues ? 1 : 0) | (header.starts ? 2 : 0)
@@ -107,11 +108,19 @@ enum JournalFormat {
             let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[0..<24]))
             raw.storeBytes(of: checksum.littleEndian, toByteOffset: 24, as: UInt32.self)
         }
+    }
+
+    /// Appends a record header to `buffer`.
+    static func appendRecordHeader(_ header: RecordHeader, to buffer: inout Data) {
+        // Built in an array and appended once: appending small pieces to `Data` costs several times more.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(recordHeaderSize)
+        appendRecordHeader(header, to: &bytes)
         buffer.append(contentsOf: bytes)
     }
 
     /// Sets the id of the record header at `offset` of `buffer`, and its checksum.
-    static func patch(id: UInt64, in buffer: inout Data, at offset: Int) {
+    static func patch(id: UInt64, in buffer: inout [UInt8], at offset: Int) {
         buffer.withUnsafeMutableBytes { bytes in
             bytes.storeBytes(of: id.littleEndian, toByteOffset: offset + 8, as: UInt64.self)
             let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 24]))

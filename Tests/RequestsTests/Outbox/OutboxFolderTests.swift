@@ -85,6 +85,20 @@ final class OutboxFolderTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: target.path), [])
     }
 
+    /// After `close()`, an enqueue throws `.closed` and stores nothing; the folder is free for the next outbox.
+    func testEnqueueAfterCloseThrowsClosedAndStoresNothing() throws {
+        let folder = makeOutboxFolder(self)
+        let stored = try storeThree(in: folder)
+        let outbox = try open(folder)
+        outbox.close()
+        XCTAssertThrowsError(try outbox.enqueue(PostNote(path: "outbox/folder", text: "late"))) { error in
+            guard case OutboxError.closed = error else { return XCTFail("\(error)") }
+        }
+        let reopened = try open(folder)
+        defer { reopened.close() }
+        XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), stored.map(\.idempotencyKey))
+    }
+
     func testParkedEntriesStayParkedAcrossARestart() throws {
         let path = "/outbox/park-restart-\(UUID().uuidString)"
         TestServer.shared.route(path) { _ in LoopbackResponse(status: 400, body: Data("no".utf8)) }

@@ -196,9 +196,11 @@ final class Journal: @unchecked Sendable {
         }
         guard !batch.changes.isEmpty else { return lock.unlock() }
         queue.append(batch)
+        // Threads are woken after the lock is released, so that they do not wake only to wait for it.
+        var wakesGatherer = false
         if gatherTarget > 0, queue.count >= gatherTarget {
             gatherTarget = 0
-            gathered.signal()
+            wakesGatherer = true
         }
         if !leading {
             leading = true
@@ -207,32 +209,39 @@ final class Journal: @unchecked Sendable {
         // What this thread's leads found, told once it no longer leads: a handler may call the journal.
         var found: [JournalEvent] = []
         while true {
+            var nextLeader: JournalBatch?
             if batch.leads {
                 batch.leads = false
-                found += lead()
+                found += lead(handingOffTo: &nextLeader)
             }
-            if let result = batch.result {
-                lock.unlock()
+            let result = batch.result
+            lock.unlock()
+            if wakesGatherer {
+                wakesGatherer = false
+                gathered.signal()
+            }
+            nextLeader?.wakeup.signal()
+            if let result {
                 for event in found { events?(event) }
                 return try result.get()
             }
-            lock.unlock()
             batch.wakeup.wait()
             lock.lock()
         }
     }
 
     /// Gathers, then writes and syncs every queued batch as one, then applies them, or fails them all and cuts off
-    /// what was written; then hands the lead to the first call queued meanwhile. Called and returns with the lock
-    /// held; releases it to wait and for the I/O. Returns the events of a compaction.
-    private func lead() -> [JournalEvent] {
+    /// what was written; then makes the first call queued meanwhile the next leader (`next`, for the caller to wake
+    /// once it has released the lock). Called and returns with the lock held; releases it to wait and for the I/O.
+    /// Returns the events of a compaction.
+    private func lead(handingOffTo next: inout JournalBatch?) -> [JournalEvent] {
         gather()
         let group = queue
         queue.removeAll()
         let found = group.isEmpty ? [] : write(group)
-        if let next = queue.first {
-            next.leads = true
-            next.wakeup.signal()
+        if let first = queue.first {
+            first.leads = true
+            next = first
         } else {
             leading = false
             closeWaiter?.signal()

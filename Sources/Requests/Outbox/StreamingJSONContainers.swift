@@ -111,6 +111,10 @@ struct StreamingKeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encode(_ value: UInt16, forKey key: Key) throws { try integer(value, key) }
     mutating func encode(_ value: UInt32, forKey key: Key) throws { try integer(value, key) }
     mutating func encode(_ value: UInt64, forKey key: Key) throws { try integer(value, key) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: Int128, forKey key: Key) throws { try integer(value, key) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: UInt128, forKey key: Key) throws { try integer(value, key) }
 
     private func integer<T: FixedWidthInteger>(_ value: T, _ key: Key) throws {
         try member(key)
@@ -184,6 +188,10 @@ struct StreamingUnkeyedContainer: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt16) throws { try integer(value) }
     mutating func encode(_ value: UInt32) throws { try integer(value) }
     mutating func encode(_ value: UInt64) throws { try integer(value) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: Int128) throws { try integer(value) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: UInt128) throws { try integer(value) }
 
     private func integer<T: FixedWidthInteger>(_ value: T) throws {
         try writer.element(of: container)
@@ -254,6 +262,10 @@ struct StreamingSingleValueContainer: SingleValueEncodingContainer {
     mutating func encode(_ value: UInt16) throws { try integer(value) }
     mutating func encode(_ value: UInt32) throws { try integer(value) }
     mutating func encode(_ value: UInt64) throws { try integer(value) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: Int128) throws { try integer(value) }
+    @available(macOS 15.0, iOS 18.0, watchOS 11.0, tvOS 18.0, visionOS 2.0, *)
+    mutating func encode(_ value: UInt128) throws { try integer(value) }
 
     private func integer<T: FixedWidthInteger>(_ value: T) throws {
         try writer.fill(token)

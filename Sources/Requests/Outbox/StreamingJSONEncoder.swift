@@ -10,11 +10,22 @@ import Foundation
 ///
 /// What one pass cannot write is encoded again by `JSONEncoder`, so that the result, or the error, is its own: a
 /// container written to after a container opened after it, a key written twice, a super-encoder, a `Decimal`, a
-/// non-finite float, nothing encoded at the top, and any error thrown during the pass.
+/// non-finite float, nothing encoded at the top, and any error thrown during the pass, even one the value's own code
+/// catches. The value's `encode(to:)` then runs twice. Containers nested 512 deep throw `JSONEncoder`'s error at
+/// once (`JSONDecoder` could not read them back).
+///
+/// One difference remains, by choice: a value inside a nested container sees its full coding path (`z/Index 0`),
+/// where `JSONEncoder` (swift-foundation) leaves out the nested containers' keys (`Index 0`).
 enum StreamingJSONEncoder {
     /// The JSON of `value`.
     static func encode<T: Encodable>(_ value: T) throws -> Data {
-        if let bytes = onePass(value) { return Data(bytes) }
+        let writer = StreamingJSONWriter()
+        if (try? writer.encodeValue(value, path: nil)) != nil, let bytes = writer.finish() { return Data(bytes) }
+        if writer.isTooDeep {
+            // `JSONEncoder`'s own error: it refuses this depth (`JSONDecoder` could not read it), and past a few
+            // ten thousand levels it would overflow the stack instead.
+            throw EncodingError.invalidValue(value, EncodingError.Context(codingPath: [], debugDescription: "Unable to encode the given top-level value to JSON."))
+        }
         return try JSONEncoder().encode(value)
     }
 
@@ -123,6 +134,9 @@ final class StreamingJSONWriter {
     /// Opens a container in the slot `token`.
     func openContainer(in token: Int, keyed: Bool) -> Container { output.pointee.openContainer(in: token, keyed: keyed) }
 
+    /// Whether the pass failed on containers nested deeper than `JSONEncoder` writes.
+    var isTooDeep: Bool { output.pointee.isTooDeep }
+
     /// Encodes `value` into a new slot: the special cases of `JSONEncoder`, or the value's own encoding.
     func encodeValue<T: Encodable>(_ value: T, path: StreamingCodingPath?) throws {
         let token = expectValue()
@@ -136,7 +150,13 @@ final class StreamingJSONWriter {
             throw fail()
         } else {
             let encoder = StreamingValueEncoder(writer: self, token: token, path: path)
-            try value.encode(to: encoder)
+            do {
+                try value.encode(to: encoder)
+            } catch {
+                // Even if the caller catches it, what the value wrote before throwing must not stay.
+                fail()
+                throw error
+            }
             // Nothing encoded: `JSONEncoder` writes an empty object, except at the top, where it throws.
             if isEmpty(token) {
                 guard path != nil else { throw fail() }
@@ -171,7 +191,12 @@ struct StreamingJSONOutput {
         var count: Int
         /// Where its keys start in `keys`.
         let firstKey: Int
+        /// Its keys once it has more than `fewKeys` (a linear search would make a large object quadratic).
+        var manyKeys: Set<String>?
     }
+
+    /// Up to this many keys per object are searched linearly.
+    private static let fewKeys = 16
 
     var bytes: [UInt8] = []
     private var open: [Open] = []
@@ -182,6 +207,9 @@ struct StreamingJSONOutput {
     private var expecting = 0
     private var nextToken = 0
     var failed = false
+    private(set) var isTooDeep = false
+    /// The deepest nesting `JSONEncoder` writes (and `JSONDecoder` reads).
+    static let maximumDepth = 511
 
     init() {
         bytes.reserveCapacity(256)
@@ -204,10 +232,23 @@ struct StreamingJSONOutput {
     }
 
     mutating func member(of container: StreamingJSONWriter.Container, key: String) -> Bool {
-        guard element(of: container), !keys[open[container.depth].firstKey...].contains(key) else { return false }
-        keys.append(key)
+        guard element(of: container), isNew(key, at: container.depth) else { return false }
         string(key)
         bytes.append(UInt8(ascii: ":"))
+        return true
+    }
+
+    /// Whether `key` is new in the open object at `depth` (the deepest open one), which then records it.
+    private mutating func isNew(_ key: String, at depth: Int) -> Bool {
+        let first = open[depth].firstKey
+        if open[depth].manyKeys != nil { return open[depth].manyKeys?.insert(key).inserted ?? false }
+        guard !keys[first...].contains(key) else { return false }
+        if keys.count - first < Self.fewKeys {
+            keys.append(key)
+        } else {
+            open[depth].manyKeys = Set(keys[first...]).union([key])
+            keys.removeSubrange(first...)
+        }
         return true
     }
 
@@ -231,6 +272,11 @@ struct StreamingJSONOutput {
     func isEmpty(_ token: Int) -> Bool { !failed && expecting == token }
 
     mutating func openContainer(in token: Int, keyed: Bool) -> StreamingJSONWriter.Container {
+        guard open.count < Self.maximumDepth else {
+            isTooDeep = true
+            failed = true
+            return .none
+        }
         guard fill(token) else {
             failed = true
             return .none

@@ -145,6 +145,17 @@ final class StreamingJSONEncoderTests: XCTestCase {
         XCTAssertEqual(String(decoding: bytes, as: UTF8.self), #"{"a":{}}"#)
     }
 
+    /// Past 16 keys an object's keys are kept in a set (a linear search made a large object quadratic): a key
+    /// repeated after many others still goes to `JSONEncoder`, and a large dictionary stays in one pass.
+    func testManyKeysAndADuplicateAfterThem() throws {
+        for repeated in [3, 17, 39] {
+            XCTAssertNil(StreamingJSONEncoder.onePass(ManyKeys(count: 40, repeating: repeated)), "key \(repeated) repeated")
+            XCTAssertNoThrow(try StreamingJSONEncoder.encode(ManyKeys(count: 40, repeating: repeated)))
+        }
+        XCTAssertNotNil(StreamingJSONEncoder.onePass(ManyKeys(count: 40, repeating: nil)))
+        try assertSameJSON(Dictionary(uniqueKeysWithValues: (0..<20_000).map { ("key-\($0)", $0) }))
+    }
+
     func testDecimalGoesToJSONEncoder() throws {
         try assertSameJSON([Decimal(string: "3.14159")!], onePass: false)
     }
@@ -234,6 +245,23 @@ private struct Custom: Codable, Equatable {
         case .throwsOwnError:
             throw CustomError()
         }
+    }
+}
+
+/// Writes `count` keys, then one of them again.
+private struct ManyKeys: Encodable {
+    let count: Int
+    let repeating: Int?
+    private struct Key: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Key.self)
+        for index in 0..<count { try container.encode(index, forKey: Key(stringValue: "k\(index)")) }
+        if let repeating { try container.encode(-1, forKey: Key(stringValue: "k\(repeating)")) }
     }
 }
 

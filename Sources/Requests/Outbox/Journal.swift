@@ -260,9 +260,14 @@ final class Journal: @unchecked Sendable {
         lock.unlock()
         let outcome = gathered.wait(timeout: .now() + .nanoseconds(Int(min(lastSyncNanoseconds, 1_000_000))))
         lock.lock()
-        // Timed out just as the target was reached: take the signal that was sent, so that it does not end the
-        // next gathering early.
-        if outcome == .timedOut, gatherTarget == 0 { gathered.wait() }
+        // Timed out just as the target was reached: take the signal that was sent, or is about to be (the caller
+        // that reached it sends it after releasing the lock), so that it does not end the next gathering early.
+        // Waited for without the lock, so that other callers are not held up meanwhile.
+        if outcome == .timedOut, gatherTarget == 0 {
+            lock.unlock()
+            gathered.wait()
+            lock.lock()
+        }
         gatherTarget = 0
     }
 

@@ -278,7 +278,9 @@ public final class Outbox: @unchecked Sendable {
     }
 
     /// Stops sending, cancels the attempts in flight (their entries stay stored, and are sent again with the same
-    /// key by the next outbox on the folder), ends ``changes`` and releases the folder. Later calls do nothing.
+    /// key by the next outbox on the folder), ends ``changes`` and releases the folder. Later calls do nothing. An
+    /// ``enqueue(_:lane:expiresAt:)`` at the same time either throws ``OutboxError/closed`` or stores its entry,
+    /// which the next outbox on the folder sends.
     ///
     /// Releasing the last reference to the outbox closes it the same way: attempts in flight, retry timers and
     /// readers of ``changes`` do not keep it alive, so a new outbox can open the folder as soon as the old one is

@@ -271,40 +271,40 @@ final class Journal: @unchecked Sendable {
         gatherTarget = 0
     }
 
-    /// Writes and syncs `group`, applies it or fails it, and compacts if it is time. Under the lock; releases it for
-    /// the I/O. Returns the events of a compaction.
+    /// Writes and syncs `group` (after the zeros `JournalSpace` asks for: if they cannot be written, the calls that
+    /// add records fail and removals go on), applies it or fails it, and compacts if it is time. Under the lock;
+    /// releases it for the I/O. Returns the events of a compaction.
     private func write(_ group: [JournalBatch]) -> [JournalEvent] {
         let start = length
         let target = file
         let cut = mustCut
         let syncFolder = folderUnsynced
-        let (bytes, starts) = JournalBatch.concatenate(group)
-        // Zeros written ahead, after the records up to the next step of `preallocation`: a later sync of records
-        // within the file's size commits no change of size, which costs a third less here (docs/outbox-journal.md).
-        // Recovery ignores a tail of zeros. They are optional: failing to write them (a nearly full disk) fails
-        // nothing.
-        let end = start + UInt64(bytes.count)
-        let zerosFrom = max(cut ? start : allocated, end)
-        let zerosTo = options.preallocation == 0 ? 0 : Self.roundedUp(end, to: options.preallocation)
-        allocated = max(zerosFrom, zerosTo)
+        var space = JournalSpace(start: start, allocated: cut ? start : allocated, options: options)
         lock.unlock()
         var failure: JournalError?
         var folderSynced = !syncFolder
         var syncTime: UInt64 = 0
-        var zerosFailed = false
+        var written = group
+        var refused: JournalError?
+        var end = start
+        var starts: [Int] = []
         do {
             if cut { try cutOff(target, at: start) }
             if syncFolder {
                 try fileSystem.syncDirectory(directoryFile)
                 folderSynced = true
             }
-            try fileSystem.write(target, bytes, at: start)
-            if zerosTo > zerosFrom, (try? fileSystem.write(target, Data(count: Int(zerosTo - zerosFrom)), at: zerosFrom)) == nil {
-                zerosFailed = true
+            refused = space.writeZeros(before: group, in: target, with: fileSystem)
+            if refused != nil { written = group.filter { !$0.grows } }
+            let (bytes, offsets) = JournalBatch.concatenate(written)
+            starts = offsets
+            end = start + UInt64(bytes.count)
+            if !bytes.isEmpty {
+                try fileSystem.write(target, bytes, at: start)
+                let syncStart = DispatchTime.now().uptimeNanoseconds
+                try fileSystem.syncData(target)
+                syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
             }
-            let syncStart = DispatchTime.now().uptimeNanoseconds
-            try fileSystem.syncData(target)
-            syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
         } catch {
             failure = JournalError(error)
         }
@@ -313,8 +313,7 @@ final class Journal: @unchecked Sendable {
         let cutFailed = failure != nil && (try? cutOff(target, at: start)) == nil
         lock.lock()
         mustCut = cutFailed
-        if failure != nil, !cutFailed { allocated = start }
-        if failure == nil, zerosFailed { allocated = end }
+        allocated = failure == nil ? max(space.allocated, end) : start
         folderUnsynced = !folderSynced
         lastGroupSize = group.count
         groupsWritten += 1
@@ -323,9 +322,12 @@ final class Journal: @unchecked Sendable {
         if let failure {
             for batch in group { batch.result = .failure(failure) }
         } else {
-            for (batch, base) in zip(group, starts) {
+            for (batch, base) in zip(written, starts) {
                 for change in batch.changes { apply(change, at: start + UInt64(base + change.offset)) }
                 batch.result = .success(())
+            }
+            if let refused {
+                for batch in group where batch.grows { batch.result = .failure(refused) }
             }
             length = end
         }
@@ -335,11 +337,6 @@ final class Journal: @unchecked Sendable {
         defer { lock.lock() }
         for batch in group { batch.wakeup.signal() }
         return compacts ? compact() : []
-    }
-
-    /// `end` rounded up to a multiple of `step`.
-    static func roundedUp(_ end: UInt64, to step: UInt64) -> UInt64 {
-        (end + step - 1) / step * step
     }
 
     private func cutOff(_ target: Int32, at start: UInt64) throws {

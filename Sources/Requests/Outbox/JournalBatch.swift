@@ -22,6 +22,9 @@ final class JournalBatch {
     /// Wakes the caller: its result is set, or it is to lead.
     let wakeup = DispatchSemaphore(value: 0)
 
+    /// Whether the batch adds records (puts, updates), which need the reserve of zeros after them; removals do not.
+    var grows: Bool { changes.first?.kind != .remove }
+
     /// Records of `kind` for `id` (patched later for puts), one per payload, each payload at most `limit` bytes.
     init(kind: JournalFormat.Kind, id: UInt64, payloads: [Data], limit: Int) throws {
         bytes.reserveCapacity(payloads.reduce(0) { $0 + JournalFormat.recordHeaderSize + $1.count })

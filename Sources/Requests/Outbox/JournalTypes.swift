@@ -81,6 +81,9 @@ extension Journal {
         /// The file grows in steps of this many bytes, written as zeros ahead of the records (0: exactly as records
         /// are appended).
         var preallocation: UInt64 = 256 << 10
+        /// With `preallocation`, calls that add records fail unless this many bytes of zeros follow them, kept for
+        /// removals: on a full disk, entries can still leave.
+        var reserve: UInt64 = 64 << 10
         init() {}
     }
 

@@ -7,10 +7,12 @@ import XCTest
 /// while writing them leaves nothing of the call.
 final class JournalPreallocationTests: XCTestCase {
     private let step: UInt64 = 4096
+    private let reserve: UInt64 = 1024
 
     private var options: Journal.Options {
         var options = Journal.Options()
         options.preallocation = step
+        options.reserve = reserve
         options.compactionMinimum = .max
         return options
     }
@@ -32,7 +34,7 @@ final class JournalPreallocationTests: XCTestCase {
         for payload in payloads { try journal.append([payload]) }
         let content = contentSize(payloads)
         XCTAssertGreaterThan(content, Int(step), "the test crosses a step")
-        XCTAssertEqual(try size(file), Int(Journal.roundedUp(UInt64(content), to: step)), "zeros up to the next step")
+        XCTAssertEqual(try size(file), Int(JournalSpace.roundedUp(UInt64(content) + reserve, to: step)), "zeros up to the step after the reserve")
         journal.close()
         XCTAssertEqual(try size(file), content, "a close cuts the zeros off")
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), payloads)
@@ -74,22 +76,29 @@ final class JournalPreallocationTests: XCTestCase {
         recovered.close()
     }
 
-    func testZerosFollowTheRecordsAndAFullDiskWhileWritingThemFailsNothing() throws {
+    func testZerosComeFirstAndAFullDiskRefusesNewRecordsButNotRemovals() throws {
         let folder = makeJournalFolder(self)
         let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
         let journal = try Journal(directory: folder, options: options, fileSystem: fileSystem)
-        // The first append writes its record, then zeros up to the first step: two writes.
+        // The first append writes zeros up to the step after its record and the reserve, then its record.
         let writes = fileSystem.count(.write)
         try journal.append([samplePayload(1)])
         XCTAssertEqual(fileSystem.count(.write), writes + 2)
-        // Appends within the step are one write each.
+        // Appends that leave the reserve within the step are one write each.
         try journal.append([samplePayload(2)])
         XCTAssertEqual(fileSystem.count(.write), writes + 3)
-        // The next step's zeros (the second write of this call) fail half-way: the call still succeeds.
-        let zeros = fileSystem.count(.write) + 2
-        fileSystem.setFault { call, number, _ in call == .write && number == zeros ? .fail(errno: ENOSPC, writtenFirst: 100) : nil }
-        XCTAssertEqual(try journal.append([samplePayload(3, size: Int(step))]), [3])
+        // A call that needs the next step: its zeros fail half-way (a full disk), so it fails, and nothing of it is
+        // written (its record's write is not even tried).
+        let zeros = fileSystem.count(.write) + 1
+        fileSystem.setFault { call, number, _ in call == .write && number >= zeros ? .fail(errno: ENOSPC, writtenFirst: 100) : nil }
+        XCTAssertThrowsError(try journal.append([samplePayload(3, size: Int(step))])) {
+            XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: "write"))
+        }
         XCTAssertEqual(fileSystem.count(.write), zeros)
+        // A removal needs no new space (its record goes into the zeros kept as the reserve): one write, no zeros.
+        fileSystem.setFault(nil)
+        try journal.remove([1])
+        XCTAssertEqual(fileSystem.count(.write), zeros + 1)
         // A record's own write failing fails its call, and nothing of it remains.
         let record = fileSystem.count(.write) + 1
         fileSystem.setFault { call, number, _ in call == .write && number == record ? .fail(errno: ENOSPC, writtenFirst: 10) : nil }
@@ -97,9 +106,8 @@ final class JournalPreallocationTests: XCTestCase {
             XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: "write"))
         }
         fileSystem.setFault(nil)
-        XCTAssertEqual(try journal.append([samplePayload(5)]), [5], "space is back (ids are never reused)")
+        XCTAssertEqual(try journal.append([samplePayload(5, size: Int(step))]), [5], "space is back (ids are never reused)")
         journal.close()
-        let expected = [samplePayload(1), samplePayload(2), samplePayload(3, size: Int(step)), samplePayload(5)]
-        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), expected)
+        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(2), samplePayload(5, size: Int(step))])
     }
 }

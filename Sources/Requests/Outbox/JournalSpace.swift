@@ -1,0 +1,41 @@
+import Foundation
+
+/// The zeros a group commit writes ahead of its records: up to the step of `preallocation` that holds the records,
+/// and for a group that adds records (puts, updates), `reserve` bytes more, kept for removals. A later sync of
+/// records within the file's size commits no change of size, which costs a third less here
+/// (docs/outbox-journal.md); recovery ignores a tail of zeros. When the zeros cannot be written (a full disk), the
+/// calls that add records fail with nothing of them written, and removals still go on: entries can leave a full disk.
+struct JournalSpace {
+    /// Where the group's records start: the end of the file's intact content.
+    let start: UInt64
+    /// The end of what the file holds, records or zeros.
+    var allocated: UInt64
+    let options: Journal.Options
+
+    /// The zeros to write before `group`'s records, or `nil` when the file already holds enough.
+    func zeros(before group: [JournalBatch]) -> Range<UInt64>? {
+        guard options.preallocation > 0 else { return nil }
+        let end = start + UInt64(group.reduce(0) { $0 + $1.bytes.count })
+        let needed = end + (group.contains(where: \.grows) ? options.reserve : 0)
+        guard allocated < needed else { return nil }
+        return max(allocated, start)..<Self.roundedUp(needed, to: options.preallocation)
+    }
+
+    /// Writes the zeros `group` needs. Returns the error that refuses the calls adding records when their zeros
+    /// could not be written; zeros for removals alone are optional (their records may still fit).
+    mutating func writeZeros(before group: [JournalBatch], in file: Int32, with fileSystem: JournalFileSystem) -> JournalError? {
+        guard let zeros = zeros(before: group) else { return nil }
+        do {
+            try fileSystem.write(file, Data(count: Int(zeros.upperBound - zeros.lowerBound)), at: zeros.lowerBound)
+            allocated = zeros.upperBound
+            return nil
+        } catch {
+            return group.contains(where: \.grows) ? JournalError(error) : nil
+        }
+    }
+
+    /// `end` rounded up to a multiple of `step`.
+    static func roundedUp(_ end: UInt64, to step: UInt64) -> UInt64 {
+        (end + step - 1) / step * step
+    }
+}

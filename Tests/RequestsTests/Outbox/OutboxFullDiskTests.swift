@@ -1,0 +1,66 @@
+import Foundation
+import Requests
+import XCTest
+
+/// The outbox on a real file system that fills up. Skipped unless `REQUESTS_FULL_DISK_DIR` names an empty folder on
+/// a small file system of its own, for example (as root): `mkdir -p /mnt/tiny && mount -t tmpfs -o size=512k tmpfs
+/// /mnt/tiny`, then `REQUESTS_FULL_DISK_DIR=/mnt/tiny swift test --filter OutboxFullDiskTests`. The fault-injecting
+/// file system of `JournalFaultTests` covers the same in every run; this checks the real `ENOSPC` path end to end.
+final class OutboxFullDiskTests: XCTestCase {
+    func testAFullDiskFailsEnqueuesCleanlyAndEntriesCanStillLeave() throws {
+        guard let root = ProcessInfo.processInfo.environment["REQUESTS_FULL_DISK_DIR"] else {
+            throw XCTSkip("set REQUESTS_FULL_DISK_DIR to a folder on a small file system of its own")
+        }
+        let folder = URL(fileURLWithPath: root).appendingPathComponent("outbox-\(UUID().uuidString)")
+        let filler = URL(fileURLWithPath: root).appendingPathComponent("filler-\(UUID().uuidString)")
+        defer {
+            try? FileManager.default.removeItem(at: folder)
+            try? FileManager.default.removeItem(at: filler)
+        }
+        var options = OutboxOptions()
+        options.startsSuspended = true
+        func open() throws -> Outbox {
+            try Outbox(directory: folder, queue: OperationQueue(), requestTypes: [PostNote.self], options: options)
+        }
+        var outbox: Outbox? = try open()
+        func note(_ index: Int) -> PostNote { PostNote(path: "full", text: "\(index)-" + String(repeating: "x", count: 900)) }
+        var acknowledged = try (0..<30).map { try XCTUnwrap(outbox).enqueue(note($0)).idempotencyKey }
+        // Another file takes what the journal has not: the disk is then full.
+        XCTAssertTrue(FileManager.default.createFile(atPath: filler.path, contents: nil))
+        let handle = try FileHandle(forWritingTo: filler)
+        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
+        try handle.close()
+        var failures = 0
+        var index = 30
+        // Enqueues until 20 have failed: each either stores its entry or throws `writeFailed`.
+        while failures < 20, index < 100_000 {
+            do {
+                let entry = try XCTUnwrap(outbox).enqueue(note(index))
+                acknowledged.append(entry.idempotencyKey)
+            } catch OutboxError.writeFailed {
+                failures += 1
+            }
+            index += 1
+        }
+        XCTAssertEqual(failures, 20)
+        XCTAssertGreaterThan(acknowledged.count, 30, "entries go on into the zeros written ahead, up to the reserve")
+        // Entries can still leave a full disk: drops write into the zeros the journal kept for them (100 removals
+        // are more than the few bytes a step has left after its last entry).
+        XCTAssertGreaterThan(acknowledged.count, 100)
+        let dropped = try XCTUnwrap(outbox).pendingEntries.prefix(100)
+        for entry in dropped { try XCTUnwrap(outbox).drop(entry.id) }
+        outbox = nil
+
+        let reopened = try open()
+        XCTAssertEqual(reopened.openingReport.skippedRecords, 0)
+        XCTAssertFalse(reopened.openingReport.discardedIncompleteRecord)
+        XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(100)))
+        // Space given back: enqueues succeed again, and are kept.
+        try FileManager.default.removeItem(at: filler)
+        let after = try reopened.enqueue(PostNote(path: "full", text: "after"))
+        reopened.close()
+        let third = try open()
+        defer { third.close() }
+        XCTAssertEqual(third.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(100)) + [after.idempotencyKey])
+    }
+}

@@ -81,7 +81,7 @@ final class Journal: @unchecked Sendable {
         lockFile = opened.lock
         file = opened.file
         length = opened.length
-        allocated = opened.length
+        allocated = JournalSpace.keepReserve(in: opened.file, with: fileSystem, length: opened.length, allocated: opened.allocated, options: options)
         index = opened.scan.index
         liveBytes = opened.scan.liveBytes
         nextID = opened.nextID
@@ -169,9 +169,10 @@ final class Journal: @unchecked Sendable {
         // A last try to cut off a failed call's records, which must not reappear at the next open.
         if mustCut {
             try? cutOff(file, at: length)
-        } else if allocated > length {
-            // The zeros written ahead are not needed any more (not synced: recovery ignores them if they stay).
-            try? fileSystem.truncate(file, to: length)
+        } else if allocated > JournalSpace.kept(length: length, allocated: allocated, options: options) {
+            // The zeros written ahead are not needed any more, but for the reserve, kept for removals after the
+            // next open (not synced: recovery keeps a tail of zeros, or finds the file shorter).
+            try? fileSystem.truncate(file, to: JournalSpace.kept(length: length, allocated: allocated, options: options))
         }
         fileSystem.close(file)
         fileSystem.close(lockFile)
@@ -390,12 +391,13 @@ final class Journal: @unchecked Sendable {
         // Renamed: the new file is the journal from now on. Until the rename is durable, nothing is written.
         let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
         fileSystem.close(old)
+        let reserved = JournalSpace.keepReserve(in: outcome.file, with: fileSystem, length: outcome.length, allocated: outcome.length, options: options)
         lock.withLock {
             file = outcome.file
             index = outcome.index
             liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }
             length = outcome.length
-            allocated = outcome.length
+            allocated = reserved
             folderUnsynced = !synced
             nextCompactionLength = 0
         }

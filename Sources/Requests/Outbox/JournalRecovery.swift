@@ -12,7 +12,8 @@ struct JournalLocation: Equatable {
 /// What the bytes of a journal file hold, read the way `Journal` recovers them: records in file order, a call's
 /// records (a batch: those with the `continues` flag and the one after them) applied only when the batch is whole,
 /// a damaged stretch skipped with the batch it fell in, up to the next intact record that starts a batch, and
-/// whatever follows the last intact batch cut off (no event when it is zeros only: the space written ahead).
+/// whatever follows the last intact batch cut off, or kept without an event when it is zeros only (the space written
+/// ahead).
 /// Never traps, whatever the bytes.
 struct JournalScan: Equatable {
     /// The live records.
@@ -27,6 +28,8 @@ struct JournalScan: Equatable {
     var needsNewHeader = false
     /// A damaged stretch was skipped: the file should be rewritten (compacted) without it.
     var skippedDamage = false
+    /// Whether what follows the last whole batch is zeros only (space written ahead): kept, not cut off.
+    var zeroTail = false
     /// What was found, in file order, for the journal's event handler.
     var events: [JournalEvent] = []
     /// The version of a well-formed header of an unknown format, which must not be touched.
@@ -105,8 +108,9 @@ struct JournalScan: Equatable {
         }
         // Anything after the last whole batch: an unfinished batch, a torn record, or bytes that are no record; but
         // zeros only are the space the journal writes ahead (`Journal.Options.preallocation`), not damage.
-        if validLength < UInt64(count), !UnsafeRawBufferPointer(rebasing: bytes[Int(validLength)...]).allSatisfy({ $0 == 0 }) {
-            events.append(.discardedTornTail(file: file, offset: validLength))
+        if validLength < UInt64(count) {
+            zeroTail = UnsafeRawBufferPointer(rebasing: bytes[Int(validLength)...]).allSatisfy { $0 == 0 }
+            if !zeroTail { events.append(.discardedTornTail(file: file, offset: validLength)) }
         }
     }
 
@@ -138,6 +142,8 @@ extension Journal {
         var records: [JournalRecord]
         var nextID: UInt64
         var length: UInt64
+        /// The file's size: `length`, or more when a tail of zeros was kept.
+        var allocated: UInt64
         var rewrite: Bool
     }
 
@@ -172,7 +178,7 @@ extension Journal {
                 try fileSystem.truncate(file, to: 0)
                 try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
                 length = UInt64(JournalFormat.fileHeaderSize)
-            } else if scan.validLength < size {
+            } else if scan.validLength < size, !scan.zeroTail {
                 try fileSystem.truncate(file, to: scan.validLength)
             }
             // What was recovered, and the file's name, are durable before anything is reported or acknowledged: a
@@ -183,7 +189,7 @@ extension Journal {
             let rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
             return Opened(
                 path: journalURL.path, directory: folder, lock: lock, file: file, scan: scan, records: records, nextID: nextID, length: length,
-                rewrite: rewrite)
+                allocated: length == scan.validLength && scan.zeroTail ? size : length, rewrite: rewrite)
         } catch {
             for descriptor in descriptors.reversed() { fileSystem.close(descriptor) }
             throw error

@@ -18,7 +18,10 @@ struct JournalSpace {
         let end = start + UInt64(group.reduce(0) { $0 + $1.bytes.count })
         let needed = end + (group.contains(where: \.grows) ? options.reserve : 0)
         guard allocated < needed else { return nil }
-        return max(allocated, start)..<Self.roundedUp(needed, to: options.preallocation)
+        // From the records' end: the records fill the space before it themselves (as a hole until then, if the
+        // file was shorter), so a large call writes no zeros of its own size.
+        let zeros = max(allocated, end)..<Self.roundedUp(needed, to: options.preallocation)
+        return zeros.isEmpty ? nil : zeros
     }
 
     /// Writes the zeros `group` needs. Returns the error that refuses the calls adding records when their zeros
@@ -32,6 +35,20 @@ struct JournalSpace {
         } catch {
             return group.contains(where: \.grows) ? JournalError(error) : nil
         }
+    }
+
+    /// Writes zeros after `length` up to `length + reserve` where the file holds less (after an open or a
+    /// compaction), so that removals have room. Best effort; returns what the file then holds.
+    static func keepReserve(in file: Int32, with fileSystem: JournalFileSystem, length: UInt64, allocated: UInt64, options: Journal.Options) -> UInt64 {
+        guard options.preallocation > 0, allocated < length + options.reserve else { return allocated }
+        let from = max(allocated, length)
+        guard (try? fileSystem.write(file, Data(count: Int(length + options.reserve - from)), at: from)) != nil else { return allocated }
+        return length + options.reserve
+    }
+
+    /// What `close()` keeps of a file holding `allocated` bytes, `length` of them records: the reserve after them.
+    static func kept(length: UInt64, allocated: UInt64, options: Journal.Options) -> UInt64 {
+        options.preallocation == 0 ? length : min(allocated, length + options.reserve)
     }
 
     /// `end` rounded up to a multiple of `step`.

@@ -107,7 +107,7 @@ final class JournalFaultTests: XCTestCase {
             }
             return number == firstWrite + 2 ? .fail(errno: ENOSPC, writtenFirst: 10) : nil
         }
-        let results = Results()
+        let results = JournalCallResults()
         let done = DispatchGroup()
         func start(_ number: Int, count: Int) {
             done.enter()
@@ -243,7 +243,7 @@ final class JournalFaultTests: XCTestCase {
 }
 
 /// Results of calls made on other threads.
-private final class Results: @unchecked Sendable {
+final class JournalCallResults: @unchecked Sendable {
     private let lock = NSLock()
     private var results: [Int: Result<[UInt64], Error>] = [:]
     func store(_ number: Int, _ result: Result<[UInt64], Error>) { lock.withLock { results[number] = result } }

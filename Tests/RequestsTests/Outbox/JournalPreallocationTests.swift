@@ -36,7 +36,7 @@ final class JournalPreallocationTests: XCTestCase {
         XCTAssertGreaterThan(content, Int(step), "the test crosses a step")
         XCTAssertEqual(try size(file), Int(JournalSpace.roundedUp(UInt64(content) + reserve, to: step)), "zeros up to the step after the reserve")
         journal.close()
-        XCTAssertEqual(try size(file), content, "a close cuts the zeros off")
+        XCTAssertEqual(try size(file), content + Int(reserve), "a close cuts the zeros off but for the reserve")
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), payloads)
     }
 
@@ -72,7 +72,8 @@ final class JournalPreallocationTests: XCTestCase {
         let recovered = try Journal(directory: torn, events: tornLog.handler)
         XCTAssertEqual(recovered.recovered.map(\.payload), payloads)
         XCTAssertEqual(tornLog.events, [.discardedTornTail(file: tornFile.path, offset: UInt64(content))])
-        XCTAssertEqual(try size(tornFile), content, "cut off at the last whole record, zeros and all")
+        XCTAssertEqual(try size(tornFile), content + Int(Journal.Options().reserve), "cut off at the last whole record, then the reserve")
+        XCTAssertTrue(try Data(contentsOf: tornFile)[content...].allSatisfy { $0 == 0 }, "nothing of the torn record is left")
         recovered.close()
     }
 
@@ -109,5 +110,59 @@ final class JournalPreallocationTests: XCTestCase {
         XCTAssertEqual(try journal.append([samplePayload(5, size: Int(step))]), [5], "space is back (ids are never reused)")
         journal.close()
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(2), samplePayload(5, size: Int(step))])
+    }
+
+    /// A group holding a call that needs new space and a removal: the zeros fail (a full disk), the call fails with
+    /// nothing of it written, and the removal is written and synced in the same group.
+    func testInOneGroupARefusedCallLeavesTheRemovalWritten() throws {
+        let folder = makeJournalFolder(self)
+        let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
+        let journal = try Journal(directory: folder, options: options, fileSystem: fileSystem)
+        try journal.append([samplePayload(1)])
+        try journal.append([samplePayload(2)])
+        // The next call's write (its record: no zeros needed) waits while a large append and a removal queue;
+        // the group after it then needs zeros, which fail.
+        let leaderWrite = fileSystem.count(.write) + 1
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        fileSystem.setFault { call, number, _ in
+            guard call == .write else { return nil }
+            if number == leaderWrite {
+                entered.signal()
+                release.wait()
+            }
+            return number == leaderWrite + 1 ? .fail(errno: ENOSPC, writtenFirst: 100) : nil
+        }
+        let results = JournalCallResults()
+        let done = DispatchGroup()
+        func call(_ number: Int, _ body: @escaping @Sendable () throws -> [UInt64]) {
+            done.enter()
+            Thread.detachNewThread {
+                results.store(number, Result(catching: body))
+                done.leave()
+            }
+        }
+        call(0) { try journal.append([samplePayload(3)]) }
+        entered.wait()
+        let large = samplePayload(4, size: Int(step))
+        call(1) { try journal.append([large]) }
+        call(2) {
+            try journal.remove([1])
+            return []
+        }
+        waitUntil("two calls queued") { journal.queuedCallCount == 2 }
+        let syncs = fileSystem.count(.syncData)
+        release.signal()
+        done.wait()
+        XCTAssertEqual(try results.get(0).get(), [3])
+        XCTAssertThrowsError(try results.get(1).get()) {
+            XCTAssertEqual($0 as? JournalError, .writeFailed(errno: ENOSPC, operation: "write"))
+        }
+        XCTAssertNoThrow(try results.get(2).get())
+        XCTAssertEqual(fileSystem.count(.write), leaderWrite + 2, "the zeros, then the removal alone")
+        XCTAssertEqual(fileSystem.count(.syncData), syncs + 2, "one sync per group")
+        fileSystem.setFault(nil)
+        journal.close()
+        XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(2), samplePayload(3)])
     }
 }

@@ -58,7 +58,7 @@ final class JournalTests: XCTestCase {
         try journal?.remove(ids)
         XCTAssertTrue(log.events.contains { if case .compacted = $0 { return true } else { return false } }, "\(log.events)")
         let size = try FileManager.default.attributesOfItem(atPath: folder.appendingPathComponent("journal").path)[.size] as? Int
-        XCTAssertEqual(size, JournalFormat.fileHeaderSize, "only the header is left")
+        XCTAssertEqual(size, JournalFormat.fileHeaderSize + Int(options.reserve), "only the header is left, and the reserve of zeros")
         journal = nil
         let reopened = try Journal(directory: folder)
         XCTAssertEqual(reopened.recovered, [])

@@ -23,13 +23,18 @@ final class OutboxFullDiskTests: XCTestCase {
             try Outbox(directory: folder, queue: OperationQueue(), requestTypes: [PostNote.self], options: options)
         }
         var outbox: Outbox? = try open()
-        func note(_ index: Int) -> PostNote { PostNote(path: "full", text: "\(index)-" + String(repeating: "x", count: 900)) }
+        func note(_ index: Int) -> PostNote { PostNote(path: "full", text: "\(index)-" + String(repeating: "x", count: 200)) }
         var acknowledged = try (0..<30).map { try XCTUnwrap(outbox).enqueue(note($0)).idempotencyKey }
         // Another file takes what the journal has not: the disk is then full.
         XCTAssertTrue(FileManager.default.createFile(atPath: filler.path, contents: nil))
-        let handle = try FileHandle(forWritingTo: filler)
-        while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
-        try handle.close()
+        func fill() throws {
+            let handle = try FileHandle(forWritingTo: filler)
+            _ = try handle.seekToEnd()
+            while (try? handle.write(contentsOf: Data(count: 4096))) != nil {}
+            while (try? handle.write(contentsOf: Data(count: 1))) != nil {}
+            try handle.close()
+        }
+        try fill()
         var failures = 0
         var index = 30
         // Enqueues until 20 have failed: each either stores its entry or throws `writeFailed`.
@@ -44,23 +49,27 @@ final class OutboxFullDiskTests: XCTestCase {
         }
         XCTAssertEqual(failures, 20)
         XCTAssertGreaterThan(acknowledged.count, 30, "entries go on into the zeros written ahead, up to the reserve")
-        // Entries can still leave a full disk: drops write into the zeros the journal kept for them (100 removals
-        // are more than the few bytes a step has left after its last entry).
-        XCTAssertGreaterThan(acknowledged.count, 100)
-        let dropped = try XCTUnwrap(outbox).pendingEntries.prefix(100)
+        // Entries can still leave a full disk: drops write into the zeros the journal kept for them (200 removals,
+        // 5,600 bytes, are more than a step or a page has left after its last entry).
+        XCTAssertGreaterThan(acknowledged.count, 400)
+        let dropped = try XCTUnwrap(outbox).pendingEntries.prefix(200)
         for entry in dropped { try XCTUnwrap(outbox).drop(entry.id) }
         outbox = nil
 
+        // What the close gave back is taken too: the reserve the journal kept lets entries leave after a restart.
+        try fill()
         let reopened = try open()
         XCTAssertEqual(reopened.openingReport.skippedRecords, 0)
         XCTAssertFalse(reopened.openingReport.discardedIncompleteRecord)
-        XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(100)))
+        XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(200)))
+        for entry in reopened.pendingEntries.prefix(200) { try reopened.drop(entry.id) }
+        acknowledged.removeFirst(200)
         // Space given back: enqueues succeed again, and are kept.
         try FileManager.default.removeItem(at: filler)
         let after = try reopened.enqueue(PostNote(path: "full", text: "after"))
         reopened.close()
         let third = try open()
         defer { third.close() }
-        XCTAssertEqual(third.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(100)) + [after.idempotencyKey])
+        XCTAssertEqual(third.pendingEntries.map(\.idempotencyKey), Array(acknowledged.dropFirst(200)) + [after.idempotencyKey])
     }
 }

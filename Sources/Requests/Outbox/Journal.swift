@@ -81,7 +81,7 @@ final class Journal: @unchecked Sendable {
         lockFile = opened.lock
         file = opened.file
         length = opened.length
-        allocated = JournalSpace.keepReserve(in: opened.file, with: fileSystem, length: opened.length, allocated: opened.allocated, options: options)
+        allocated = opened.allocated
         index = opened.scan.index
         liveBytes = opened.scan.liveBytes
         nextID = opened.nextID
@@ -89,6 +89,10 @@ final class Journal: @unchecked Sendable {
         // A damaged header or a skipped stretch: rewritten now, so that the damage is reported once.
         if opened.rewrite || lock.withLock({ shouldCompact() }) {
             for event in compact() { events?(event) }
+        } else {
+            // The reserve of zeros for removals, if the file lacks it (a compaction writes it in its new file).
+            let reserved = JournalSpace.keepReserve(in: file, with: fileSystem, length: length, allocated: opened.allocated, options: options)
+            lock.withLock { allocated = reserved }
         }
     }
 
@@ -169,9 +173,10 @@ final class Journal: @unchecked Sendable {
         // A last try to cut off a failed call's records, which must not reappear at the next open.
         if mustCut {
             try? cutOff(file, at: length)
-        } else if allocated > JournalSpace.kept(length: length, allocated: allocated, options: options) {
+        } else {
             // The zeros written ahead are not needed any more, but for the reserve, kept for removals after the
-            // next open (not synced: recovery keeps a tail of zeros, or finds the file shorter).
+            // next open (not synced: recovery keeps a tail of zeros, or finds the file shorter). Always cut: zeros a
+            // full disk refused half-way may lie beyond `allocated`.
             try? fileSystem.truncate(file, to: JournalSpace.kept(length: length, allocated: allocated, options: options))
         }
         fileSystem.close(file)
@@ -388,7 +393,8 @@ final class Journal: @unchecked Sendable {
             lock.withLock { nextCompactionLength = before + options.compactionMinimum }
             return []
         }
-        // Renamed: the new file is the journal from now on. Until the rename is durable, nothing is written.
+        // Renamed: the new file is the journal from now on. Until the rename is durable, no record is written (the
+        // reserve's zeros are).
         let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
         fileSystem.close(old)
         let reserved = JournalSpace.keepReserve(in: outcome.file, with: fileSystem, length: outcome.length, allocated: outcome.length, options: options)

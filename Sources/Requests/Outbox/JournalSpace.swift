@@ -18,10 +18,10 @@ struct JournalSpace {
         let end = start + UInt64(group.reduce(0) { $0 + $1.bytes.count })
         let needed = end + (group.contains(where: \.grows) ? options.reserve : 0)
         guard allocated < needed else { return nil }
-        // From the records' end: the records fill the space before it themselves (as a hole until then, if the
-        // file was shorter), so a large call writes no zeros of its own size.
-        let zeros = max(allocated, end)..<Self.roundedUp(needed, to: options.preallocation)
-        return zeros.isEmpty ? nil : zeros
+        // Over the records' place too (they are written over these zeros): the disk's space for the whole group is
+        // taken by this one write, so a full disk fails it before any record is written, and the removals then
+        // written go where space is already taken.
+        return max(allocated, start)..<Self.roundedUp(needed, to: options.preallocation)
     }
 
     /// Writes the zeros `group` needs. Returns the error that refuses the calls adding records when their zeros
@@ -29,7 +29,7 @@ struct JournalSpace {
     mutating func writeZeros(before group: [JournalBatch], in file: Int32, with fileSystem: JournalFileSystem) -> JournalError? {
         guard let zeros = zeros(before: group) else { return nil }
         do {
-            try fileSystem.write(file, Data(count: Int(zeros.upperBound - zeros.lowerBound)), at: zeros.lowerBound)
+            try Self.writeZeros(zeros, in: file, with: fileSystem)
             allocated = zeros.upperBound
             return nil
         } catch {
@@ -41,9 +41,19 @@ struct JournalSpace {
     /// compaction), so that removals have room. Best effort; returns what the file then holds.
     static func keepReserve(in file: Int32, with fileSystem: JournalFileSystem, length: UInt64, allocated: UInt64, options: Journal.Options) -> UInt64 {
         guard options.preallocation > 0, allocated < length + options.reserve else { return allocated }
-        let from = max(allocated, length)
-        guard (try? fileSystem.write(file, Data(count: Int(length + options.reserve - from)), at: from)) != nil else { return allocated }
+        guard (try? writeZeros(max(allocated, length)..<length + options.reserve, in: file, with: fileSystem)) != nil else { return allocated }
         return length + options.reserve
+    }
+
+    /// Writes zeros over `range`, at most 1 MiB at a time (a large call's place is zeroed too).
+    private static func writeZeros(_ range: Range<UInt64>, in file: Int32, with fileSystem: JournalFileSystem) throws {
+        let chunk = Data(count: Int(min(UInt64(range.count), 1 << 20)))
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let count = Int(min(UInt64(chunk.count), range.upperBound - offset))
+            try fileSystem.write(file, count == chunk.count ? chunk : chunk.prefix(count), at: offset)
+            offset += UInt64(count)
+        }
     }
 
     /// What `close()` keeps of a file holding `allocated` bytes, `length` of them records: the reserve after them.

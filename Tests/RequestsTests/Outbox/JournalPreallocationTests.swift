@@ -165,4 +165,23 @@ final class JournalPreallocationTests: XCTestCase {
         journal.close()
         XCTAssertEqual(try Journal(directory: folder).recovered.map(\.payload), [samplePayload(2), samplePayload(3)])
     }
+
+    /// The zeros cover the records' place as well as what follows (so that a full disk fails that one write, before
+    /// any record), up to the step after the reserve; a removal within the file needs none.
+    func testZerosCoverTheRecordsPlaceAndTheReserve() throws {
+        let put = try JournalBatch(kind: .put, id: 0, payloads: [samplePayload(1, size: 500)], limit: .max)
+        let removal = try JournalBatch(kind: .remove, id: 0, payloads: [], limit: 0)
+        removal.addRemovals([1, 2])
+        let space = JournalSpace(start: 100, allocated: 300, options: options)
+        XCTAssertEqual(space.zeros(before: [put]), 300..<step, "from what the file holds, over the records, to the step")
+        XCTAssertEqual(space.zeros(before: [put, removal]), 300..<step)
+        XCTAssertNil(space.zeros(before: [removal]), "a removal within the file needs no zeros")
+        let end = space.start + UInt64(put.bytes.count)
+        XCTAssertEqual(JournalSpace(start: 100, allocated: 100, options: options).zeros(before: [put]), 100..<step)
+        XCTAssertEqual(JournalSpace(start: step - 200, allocated: step, options: options).zeros(before: [put]), step..<2 * step, "past the step")
+        XCTAssertNil(JournalSpace(start: 100, allocated: end + reserve, options: options).zeros(before: [put]), "room enough")
+        var exact = options
+        exact.preallocation = 0
+        XCTAssertNil(JournalSpace(start: 100, allocated: 100, options: exact).zeros(before: [put]))
+    }
 }

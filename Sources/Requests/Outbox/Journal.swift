@@ -10,8 +10,9 @@ import Darwin
 /// and one sync (group commit): while a leader syncs, the others queue; the next leader writes all queued calls
 /// at once. The file format and the guarantees are described in docs/outbox-journal.md.
 ///
-/// Threads: the state is behind one lock; each waiting caller sleeps on its own semaphore, woken when its call is
-/// done or when it is to lead the next group, so that a finished group wakes only its own callers.
+/// Threads: the state is behind one lock (some of it internal rather than private, for the compaction in
+/// JournalCompaction.swift); each waiting caller sleeps on its own semaphore, woken when its call is done or when it
+/// is to lead the next group, so that a finished group wakes only its own callers.
 ///
 /// Memory: the journal keeps 16 bytes per live record plus its dictionary slot (the payloads stay on disk), and the
 /// records recovered at open until ``releaseRecovered()``.
@@ -19,23 +20,23 @@ final class Journal: @unchecked Sendable {
     /// The journal's folder.
     let directory: URL
     let options: Options
-    private let fileSystem: JournalFileSystem
+    let fileSystem: JournalFileSystem
     private let events: (@Sendable (JournalEvent) -> Void)?
-    private let journalPath: String
-    private let directoryFile: Int32
+    let journalPath: String
+    let directoryFile: Int32
     private let lockFile: Int32
 
     /// Guards every `var` below.
-    private let lock = NSLock()
+    let lock = NSLock()
     private var recoveredRecords: [JournalRecord]
-    private var index: [UInt64: JournalLocation]
-    private var liveBytes: UInt64
-    private var nextID: UInt64
+    var index: [UInt64: JournalLocation]
+    var liveBytes: UInt64
+    var nextID: UInt64
     /// The length of the file's intact content; appends go there.
-    private var length: UInt64
+    var length: UInt64
     /// The file's size: beyond `length` it holds zeros written ahead (see `write(_:)`).
-    private var allocated: UInt64
-    private var file: Int32
+    var allocated: UInt64
+    var file: Int32
     private var queue: [JournalBatch] = []
     /// A leader is gathering, writing, syncing or compacting (or is woken to): it alone uses `file` and changes
     /// `length` and `index`.
@@ -56,9 +57,9 @@ final class Journal: @unchecked Sendable {
     /// A failed write may have left bytes after `length`: the next leader cuts them off, durably, first.
     private var mustCut = false
     /// A compaction's rename is not yet durable: the next leader syncs the folder first.
-    private var folderUnsynced = false
+    var folderUnsynced = false
     /// After a failed compaction, none is tried before the file reaches this length.
-    private var nextCompactionLength: UInt64 = 0
+    var nextCompactionLength: UInt64 = 0
 
     /// Opens or creates the journal in `directory` (created `0700`, files `0600`; refuses a symbolic link or a
     /// folder of another user), takes an exclusive lock, and recovers the live records. `events` hears of damage
@@ -365,48 +366,5 @@ final class Journal: @unchecked Sendable {
         case .remove:
             if let old = index.removeValue(forKey: change.id) { liveBytes -= old.size }
         }
-    }
-
-    // MARK: - Compaction
-
-    /// Whether the dead bytes exceed the live ones and the minimum. Under the lock.
-    private func shouldCompact() -> Bool {
-        let header = UInt64(JournalFormat.fileHeaderSize)
-        guard length >= header + liveBytes, length >= nextCompactionLength else { return false }
-        let dead = length - header - liveBytes
-        return dead > liveBytes && dead >= options.compactionMinimum
-    }
-
-    /// Rewrites the file with the live records (`JournalCompaction`) and returns what to tell. Runs as the leader or
-    /// during `init`, without the lock: no other thread uses the file or changes the index meanwhile. A failure
-    /// leaves the journal as it was; compaction is tried again once the file has grown by `compactionMinimum`.
-    private func compact() -> [JournalEvent] {
-        let (live, floor, old, before) = lock.withLock {
-            (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
-        }
-        let outcome: JournalCompaction.Outcome
-        do {
-            outcome = try JournalCompaction.run(
-                fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
-                old: old, live: live, floor: floor)
-        } catch {
-            lock.withLock { nextCompactionLength = before + options.compactionMinimum }
-            return []
-        }
-        // Renamed: the new file is the journal from now on. Until the rename is durable, no record is written (the
-        // reserve's zeros are).
-        let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
-        fileSystem.close(old)
-        let reserved = JournalSpace.keepReserve(in: outcome.file, with: fileSystem, length: outcome.length, allocated: outcome.length, options: options)
-        lock.withLock {
-            file = outcome.file
-            index = outcome.index
-            liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }
-            length = outcome.length
-            allocated = reserved
-            folderUnsynced = !synced
-            nextCompactionLength = 0
-        }
-        return outcome.damaged.map { .skippedCorruptRecord(file: journalPath, offset: $0) } + [.compacted(bytesBefore: before, bytesAfter: outcome.length)]
     }
 }

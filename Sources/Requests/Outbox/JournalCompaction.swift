@@ -65,3 +65,47 @@ enum JournalCompaction {
         }
     }
 }
+
+/// When and how the journal compacts: the state it reads and changes is the journal's, behind its lock.
+extension Journal {
+    /// Whether the dead bytes exceed the live ones and the minimum. Under the lock.
+    func shouldCompact() -> Bool {
+        let header = UInt64(JournalFormat.fileHeaderSize)
+        guard length >= header + liveBytes, length >= nextCompactionLength else { return false }
+        let dead = length - header - liveBytes
+        return dead > liveBytes && dead >= options.compactionMinimum
+    }
+
+    /// Rewrites the file with the live records (`JournalCompaction`) and returns what to tell. Runs as the leader or
+    /// during `init`, without the lock: no other thread uses the file or changes the index meanwhile. A failure
+    /// leaves the journal as it was; compaction is tried again once the file has grown by `compactionMinimum`.
+    func compact() -> [JournalEvent] {
+        let (live, floor, old, before) = lock.withLock {
+            (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
+        }
+        let outcome: JournalCompaction.Outcome
+        do {
+            outcome = try JournalCompaction.run(
+                fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
+                old: old, live: live, floor: floor)
+        } catch {
+            lock.withLock { nextCompactionLength = before + options.compactionMinimum }
+            return []
+        }
+        // Renamed: the new file is the journal from now on. Until the rename is durable, no record is written (the
+        // reserve's zeros are).
+        let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
+        fileSystem.close(old)
+        let reserved = JournalSpace.keepReserve(in: outcome.file, with: fileSystem, length: outcome.length, allocated: outcome.length, options: options)
+        lock.withLock {
+            file = outcome.file
+            index = outcome.index
+            liveBytes = outcome.index.values.reduce(0) { $0 + $1.size }
+            length = outcome.length
+            allocated = reserved
+            folderUnsynced = !synced
+            nextCompactionLength = 0
+        }
+        return outcome.damaged.map { .skippedCorruptRecord(file: journalPath, offset: $0) } + [.compacted(bytesBefore: before, bytesAfter: outcome.length)]
+    }
+}

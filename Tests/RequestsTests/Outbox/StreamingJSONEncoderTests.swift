@@ -115,7 +115,7 @@ final class StreamingJSONEncoderTests: XCTestCase {
     /// Random trees of objects, arrays and scalars: the same JSON as `JSONEncoder`'s, all in one pass. (`JSONDecoder`
     /// reads some integers beyond 2^53 back as a `Tree.double`, from either encoding.)
     func testRandomTrees() throws {
-        var generator = SeededGenerator(seed: 0x5EED)
+        var generator = SplitMix64(seed: 0x5EED)
         for _ in 0..<2_000 {
             try assertSameJSON(Tree.random(depth: 4, using: &generator), roundTrips: false)
         }
@@ -298,7 +298,7 @@ private enum Tree: Codable, Equatable {
     case bool(Bool)
     case null
 
-    static func random(depth: Int, using generator: inout SeededGenerator) -> Tree {
+    static func random(depth: Int, using generator: inout SplitMix64) -> Tree {
         let pick = Int.random(in: 0..<(depth > 0 ? 9 : 5), using: &generator)
         switch pick {
         case 0: return .string(randomString(using: &generator))
@@ -315,7 +315,7 @@ private enum Tree: Codable, Equatable {
         }
     }
 
-    private static func randomString(using generator: inout SeededGenerator) -> String {
+    private static func randomString(using generator: inout SplitMix64) -> String {
         let alphabet: [Character] = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\u{0}", "\u{1F}", "é", "🙂", "\u{301}", "\u{2028}"]
         return String((0..<Int.random(in: 0..<8, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! })
     }
@@ -350,18 +350,5 @@ private enum Tree: Codable, Equatable {
         case .bool(let value): try single.encode(value)
         case .null: try single.encodeNil()
         }
-    }
-}
-
-/// SplitMix64: the same trees on every run.
-private struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

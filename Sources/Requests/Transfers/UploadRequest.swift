@@ -7,10 +7,9 @@ import Foundation
 public enum UploadBody: Sendable {
     /// Bytes in memory, sent with their `Content-Length`.
     case data(Data)
-    /// A file, never read whole into memory. On Apple platforms it is uploaded from the file, with its
-    /// `Content-Length`. On Linux it is streamed `Transfer-Encoding: chunked` (URLSession there cannot send a stream
-    /// with a length; its upload-from-file path can, but crashes Foundation when the upload is cancelled). A missing
-    /// file fails with ``RequestBuildingError/unreadableFile(_:)``.
+    /// A file, never read whole into memory, sent with its `Content-Length` (on Linux streamed from the file, which
+    /// lets it be sent again whole on a fresh connection: see <doc:LinuxNotes>). A missing file fails with
+    /// ``RequestBuildingError/unreadableFile(_:)``.
     case file(URL)
     /// A multipart form, built for each attempt: in memory when small, streamed from a temporary file when large.
     case multipart(MultipartFormData)

@@ -58,35 +58,32 @@ extension MemorySink {
                 session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
             }
             #endif
-            return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules)) { $0.dataTask(with: urlRequest) }
+            return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules), sending: urlRequest)
         }
         var urlRequest = urlRequest
-        let make: (URLSession) -> URLSessionTask
-        var length = upload.length
+        let body: SentBody
         switch upload.body {
         case let .data(data):
-            make = { $0.uploadTask(with: urlRequest, from: data) }
+            body = .data(data)
         case let .file(file):
             let size = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber
             guard file.isFileURL, FileManager.default.isReadableFile(atPath: file.path), let size else {
                 throw RequestBuildingError.unreadableFile(file)
             }
-            length = size.int64Value
-            #if canImport(FoundationNetworking)
-            guard let stream = InputStream(url: file) else { throw RequestBuildingError.unreadableFile(file) }
-            urlRequest.httpBodyStream = stream
-            make = { [urlRequest] in $0.dataTask(with: urlRequest) }
-            #else
-            make = { [urlRequest] in $0.uploadTask(with: urlRequest, fromFile: file) }
-            #endif
+            body = .file(file, length: size.int64Value)
         case .multipart:
+            // Encoded into the request by `prepareTransfer`: in memory, or a stream over a temporary file.
             if let data = urlRequest.httpBody {
-                urlRequest.httpBody = nil
-                make = { [urlRequest] in $0.uploadTask(with: urlRequest, from: data) }
+                body = .data(data)
+            } else if let stream = urlRequest.httpBodyStream {
+                body = .stream(stream, length: upload.length >= 0 ? upload.length : nil)
             } else {
-                make = { [urlRequest] in $0.dataTask(with: urlRequest) }
+                body = .data(Data())
             }
         }
-        return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules, uploadLength: length), make)
+        urlRequest.httpBody = nil
+        urlRequest.httpBodyStream = nil
+        let sink = MemorySink(callbacks: callbacks, rules: rules, uploadLength: body.length ?? upload.length)
+        return TransferSession.task(on: session, handler: sink, sending: urlRequest, body: body, asUpload: true)
     }
 }

@@ -52,6 +52,11 @@ class TransferSink: @unchecked Sendable {
     private var unansweredChallenge: HTTPURLResponse?
     /// Whether the transport answered an authentication challenge with a credential the request did not carry.
     private var answeredChallenge = false
+    /// The body the task sends, and whether it may be sent twice (see `SentBody`).
+    private var sentBody: SentBody?
+    private var bodyMayBeSentTwice = false
+    /// Whether the transport asked for the body again to send the request again, and was refused (see `SentBody`).
+    private var refusedResend = false
     /// The body kept in memory (a data request's, or a stream's error body; a file sink keeps none). Guarded by `lock`.
     var bufferedBody = Data()
     /// Bytes sent and received so far, and at the start of the current speed window.
@@ -66,9 +71,29 @@ class TransferSink: @unchecked Sendable {
         metrics.redirectCount = rules.redirectsSoFar
     }
 
-    /// The task whose callbacks this receives, set before it is resumed.
-    final func attach(_ task: URLSessionTask) {
-        lock.withLock { (self.task, startTime) = (task, .now()) }
+    /// The task whose callbacks this receives, with the body it sends, set before it is resumed.
+    final func attach(_ task: URLSessionTask, body: SentBody?, mayBeSentTwice: Bool) {
+        lock.withLock { (self.task, startTime, sentBody, bodyMayBeSentTwice) = (task, .now(), body, mayBeSentTwice) }
+    }
+
+    /// The whole body again, for the transport to send the request again (see `SentBody`): a new stream when the
+    /// request may be sent twice and its body can be read again, else `nil`.
+    final func bodyToSendAgain() -> InputStream? {
+        let (body, mayBeSentTwice) = lock.withLock { (sentBody, bodyMayBeSentTwice) }
+        guard mayBeSentTwice else { return nil }
+        return body?.freshStream()
+    }
+
+    /// Records that a request to send the body again was refused: the task's error is then reported as
+    /// `SentBody.refusedResend(_:)`.
+    final func refuseResend() {
+        lock.withLock { refusedResend = true }
+    }
+
+    /// The task's error as reported: a refused re-send is a lost connection, whatever libcurl says of it.
+    final func reported(_ error: Error?) -> Error? {
+        guard let error, lock.withLock({ refusedResend }) else { return error }
+        return SentBody.refusedResend(error)
     }
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,

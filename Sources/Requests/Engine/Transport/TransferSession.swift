@@ -25,11 +25,20 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         }
     }
 
-    /// Creates a task with `make` on the session that routes its callbacks to `handler`; call `resume()` after.
-    static func task(on base: URLSession, handler: TransferSink, _ make: (URLSession) -> URLSessionTask) -> URLSessionTask {
-        let (session, delegate) = session(for: base)
-        let task = make(session)
-        handler.attach(task)
+    /// Creates the task that sends `request` with `body` (the request's own when `nil`; see `SentBody`) on the session
+    /// that routes its callbacks to `handler`; call `resume()` after. `asUpload`: an upload's body, which Apple
+    /// platforms send from its own source.
+    static func task(
+        on base: URLSession, handler: TransferSink, sending request: URLRequest, body: SentBody? = nil, asUpload: Bool = false
+    ) -> URLSessionTask {
+        let body = body ?? SentBody.of(request)
+        let mayBeSentTwice = SentBody.mayBeSentTwice(request)
+        var request = request
+        let ownConnection = SentBody.needsAConnectionOfItsOwn(body, mayBeSentTwice: mayBeSentTwice)
+        if ownConnection { request.setValue("close", forHTTPHeaderField: "Connection") }
+        let (session, delegate) = session(for: base, ownConnections: ownConnection)
+        let task = body?.task(for: request, on: session, asUpload: asUpload) ?? session.dataTask(with: request)
+        handler.attach(task, body: body, mayBeSentTwice: mayBeSentTwice)
         delegate.register(handler, for: task)
         return task
     }
@@ -43,20 +52,29 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     /// The caller's session, whose delegate is asked what Requests does not decide alone.
     private weak var base: URLSession?
 
-    private static let sessionsLock = NSLock()
-    nonisolated(unsafe) private static var sessions: [ObjectIdentifier: Entry] = [:]
+    /// A caller's session, and whether the derived session is the one whose requests each have a connection of their
+    /// own (see `SentBody.needsAConnectionOfItsOwn(_:mayBeSentTwice:)`).
+    private struct Key: Hashable {
+        let base: ObjectIdentifier
+        let ownConnections: Bool
+    }
 
-    /// The session derived from `base`, and its delegate, created on first use.
-    static func session(for base: URLSession) -> (URLSession, TransferSession) {
-        let (session, delegate, released) = sessionsLock.withLock { () -> (URLSession, TransferSession, [ObjectIdentifier: Entry]) in
-            if let entry = sessions[ObjectIdentifier(base)], entry.base === base { return (entry.session, entry.delegate, [:]) }
+    private static let sessionsLock = NSLock()
+    nonisolated(unsafe) private static var sessions: [Key: Entry] = [:]
+
+    /// The session derived from `base`, and its delegate, created on first use; `ownConnections`: the one for requests
+    /// that each need a connection of their own (a second pool of connections).
+    static func session(for base: URLSession, ownConnections: Bool = false) -> (URLSession, TransferSession) {
+        let key = Key(base: ObjectIdentifier(base), ownConnections: ownConnections)
+        let (session, delegate, released) = sessionsLock.withLock { () -> (URLSession, TransferSession, [Key: Entry]) in
+            if let entry = sessions[key], entry.base === base { return (entry.session, entry.delegate, [:]) }
             // A session keeps its delegate and threads until it is invalidated; its running tasks finish first.
             let released = sessions.filter { $0.value.base == nil }
             released.keys.forEach { sessions[$0] = nil }
             let delegate = TransferSession()
             delegate.base = base
             let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: CallbackQueue())
-            sessions[ObjectIdentifier(base)] = Entry(base: base, session: session, delegate: delegate)
+            sessions[key] = Entry(base: base, session: session, delegate: delegate)
             return (session, delegate, released)
         }
         released.values.forEach { $0.session.finishTasksAndInvalidate() }
@@ -103,12 +121,19 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         handler?.didReceive(data)
     }
 
-    /// A body stream cannot be read twice: a request that must be sent again (after a 307 or 308, or an
-    /// authentication challenge) gets a new one where the body can be reopened; for a stream of the caller's own, the
-    /// caller's delegate is asked, and otherwise the task fails. (Linux re-sends no streamed body: it drops the body on
-    /// a 307 or 308, and does not ask.)
+    /// The body from its start, for a request the transport sends again. On Linux libcurl asks only to send the request
+    /// again on a fresh connection after a reused one died before any answer: the whole body when the request may be
+    /// sent twice, else a body that stops the transfer (see `SentBody`). On Apple platforms (after a 307 or 308, or an
+    /// authentication challenge) a body Requests can read again is given; for a stream of the caller's own, the
+    /// caller's delegate is asked, and otherwise the task fails.
     func urlSession(_ session: URLSession, task: URLSessionTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
-        if let reopened = task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream) {
+        let handler = handler(for: task)
+        if let again = handler?.bodyToSendAgain() {
+            completionHandler(again)
+        } else if SentBody.onlyLostConnectionsAskForTheBody {
+            handler?.refuseResend()
+            completionHandler(SentBody.refusal())
+        } else if let reopened = task.originalRequest?.httpBodyStream.flatMap(MultipartFormData.reopenedStream) {
             completionHandler(reopened)
         } else if let caller = CallerDelegate(base) {
             caller.newBodyStream(for: task, completionHandler)
@@ -132,6 +157,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
             completionHandler(nil)
             return
         }
+        let request = SentBody.redirect(request)
         // This runs on the session's work queue (Linux, see `CallbackQueue`) or callback queue, and the ruling may call
         // user code (a custom policy, the monitors), which must not hold it up. The answer may come from any thread;
         // a cancel waits for it (Foundation on Linux crashes on an answer that comes after a cancel).
@@ -244,7 +270,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         guard let handler = handler(for: task, removing: true) else { return }
-        handler.didComplete(response: handler.finalResponse(of: task), error: error)
+        handler.didComplete(response: handler.finalResponse(of: task), error: handler.reported(error))
     }
 }
 

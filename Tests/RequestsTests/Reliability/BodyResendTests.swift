@@ -1,0 +1,117 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+@testable import Requests
+import RequestsTestServer
+import XCTest
+
+/// A request with a body whose kept-alive connection dies after the server read it, before any answer (the server
+/// resets the connection): sent again with its whole body when it may be sent twice, and otherwise ended at once with
+/// `URLError(.networkConnectionLost)`, never left waiting for its timeout (see `SentBody`).
+final class BodyResendTests: XCTestCase {
+    private let server = TestServer.shared
+
+    /// A session of its own (its own connections), with a timeout far longer than any cell may take.
+    private func makeSession() -> URLSession {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.timeoutIntervalForRequest = 30
+        return URLSession(configuration: configuration)
+    }
+
+    /// A path whose second request (the first on the reused connection) is read and then answered with a reset; the
+    /// others get a 200. Returns the bodies the server read, in order.
+    private func lostSecondAnswer() -> (path: String, bodies: @Sendable () -> [Data]) {
+        let path = "/resend/\(UUID().uuidString)"
+        let seen = SeenBodies()
+        server.route(path) { request in
+            let count = seen.append(request.body)
+            return count == 2 ? LoopbackResponse(fault: .resetBeforeHeaders) : .json(#"{"ok":true}"#)
+        }
+        return (path, { seen.all })
+    }
+
+    private func send(_ endpoint: Endpoint, on session: URLSession) async -> (Result<[String: Bool], Error>, TimeInterval) {
+        let start = Date()
+        do {
+            let data = try await OperationQueue().response(for: endpoint, as: [String: Bool].self, session: session)
+            return (.success(data), Date().timeIntervalSince(start))
+        } catch {
+            return (.failure(error), Date().timeIntervalSince(start))
+        }
+    }
+
+    private let body = Data((0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+
+    func testAnIdempotentPutIsSentAgainWithItsWholeBody() async throws {
+        let (path, bodies) = lostSecondAnswer()
+        let session = makeSession()
+        let api = Endpoint(server.baseURL.absoluteString)
+        _ = await send(api.put(path, body: .data(body, contentType: "application/octet-stream")), on: session)
+        let (result, _) = await send(api.put(path, body: .data(body, contentType: "application/octet-stream")), on: session)
+        XCTAssertNoThrow(try result.get())
+        XCTAssertEqual(bodies(), [body, body, body], "the re-send carries the whole body")
+    }
+
+    func testAPostWithAnIdempotencyKeyIsSentAgainWithItsWholeBody() async throws {
+        let (path, bodies) = lostSecondAnswer()
+        let session = makeSession()
+        let api = Endpoint(server.baseURL.absoluteString)
+        let post = api.post(path, headers: ["Idempotency-Key": "\"k1\""], body: .data(body, contentType: "application/octet-stream"))
+        _ = await send(post, on: session)
+        let (result, _) = await send(post, on: session)
+        XCTAssertNoThrow(try result.get())
+        XCTAssertEqual(bodies(), [body, body, body])
+    }
+
+    func testAPlainPostIsNotSentAgainAndFailsAtOnce() async throws {
+        let (path, bodies) = lostSecondAnswer()
+        let session = makeSession()
+        let api = Endpoint(server.baseURL.absoluteString)
+        let post = api.post(path, body: .data(body, contentType: "application/octet-stream"))
+        _ = await send(post, on: session)
+        let (result, _) = await send(post, on: session)
+        XCTAssertEqual((result.failure as? URLError)?.code, .networkConnectionLost, "\(result)")
+        XCTAssertEqual(bodies(), [body, body], "the server applied it once")
+    }
+
+    /// A POST without a body gives libcurl nothing to ask for before it sends it again, so it goes on a connection of
+    /// its own (`Connection: close`): a reset there is not on a reused connection, and libcurl does not send it again.
+    func testAPlainPostWithoutABodyHasAConnectionOfItsOwnAndIsNotSentAgain() async throws {
+        let (path, bodies) = lostSecondAnswer()
+        let session = makeSession()
+        let api = Endpoint(server.baseURL.absoluteString)
+        _ = await send(api.post(path), on: session)
+        let (result, _) = await send(api.post(path), on: session)
+        XCTAssertEqual((result.failure as? URLError)?.code, .networkConnectionLost, "\(result)")
+        XCTAssertEqual(bodies().count, 2, "the server applied it once")
+    }
+
+    /// A GET whose answer is lost on a reused connection is sent again (by libcurl on Linux): success.
+    func testAGetIsSentAgain() async throws {
+        let (path, bodies) = lostSecondAnswer()
+        let session = makeSession()
+        let api = Endpoint(server.baseURL.absoluteString)
+        _ = await send(api.get(path), on: session)
+        let (result, _) = await send(api.get(path), on: session)
+        XCTAssertNoThrow(try result.get())
+        XCTAssertEqual(bodies().count, 3)
+    }
+}
+
+/// The bodies a route read, in order.
+private final class SeenBodies: @unchecked Sendable {
+    private let lock = NSLock()
+    private var bodies: [Data] = []
+
+    /// Adds `body`; returns how many there are now.
+    func append(_ body: Data) -> Int {
+        lock.withLock {
+            bodies.append(body)
+            return bodies.count
+        }
+    }
+
+    var all: [Data] { lock.withLock { bodies } }
+}

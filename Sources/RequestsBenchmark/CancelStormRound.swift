@@ -328,8 +328,9 @@ func runStormRound(_ arguments: [String]) -> Never {
                 finish(StormOutcome($0))
             }
             cancel = { operation.cancel() }
-        case .download:
-            let request = StormDownload(url: base.appendingPathComponent(StormPaths.large), identifier: identifier, destination: file)
+        case .download, .download1m:
+            let path = kind == .download ? StormPaths.large : StormPaths.mebibyte
+            let request = StormDownload(url: base.appendingPathComponent(path), identifier: identifier, destination: file)
             let operation = queue.addRequest(request, session: session) { result in
                 removeFile()
                 finish(StormOutcome(result))

@@ -131,6 +131,8 @@ private struct StormOptions {
     var timeout: Double?
     var label = ""
     var kinds = "all"
+    /// `no-cache` (`.ephemeral` without a URLCache, today's) or `ephemeral` (as Foundation makes it, the issue's).
+    var session = "no-cache"
 
     init(_ arguments: [String]) {
         var remaining = arguments[...]
@@ -156,6 +158,10 @@ private struct StormOptions {
                 let mix = value(flag)
                 guard ["default", "issue"].contains(mix) else { fail("--mix takes default or issue, not \(mix)", code: 2) }
                 kinds = mix == "issue" ? "issue" : "all"
+                session = mix == "issue" ? "ephemeral" : "no-cache"
+            case "--session":
+                session = value(flag)
+                guard ["ephemeral", "no-cache"].contains(session) else { fail("--session takes ephemeral or no-cache, not \(session)", code: 2) }
             case "--kinds":
                 kinds = value(flag)
                 guard StormKind.parse(kinds) != nil else {
@@ -229,7 +235,9 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     // Standard output and error go to files: the backtrace of a crash can be long, and nothing need read it meanwhile.
     let outputFile = URL(fileURLWithPath: temporary.path + ".stdout")
     let errorFile = URL(fileURLWithPath: temporary.path + ".stderr")
-    let paths = [temporary, outputFile, errorFile]
+    // The `ephemeral` session's URLCache.shared keeps a disk cache under XDG_CACHE_HOME: the round's own, removed after it.
+    let cacheFolder = URL(fileURLWithPath: temporary.path + ".cache")
+    let paths = [temporary, outputFile, errorFile, cacheFolder]
     paths.forEach(stormCleanup.track)
     defer {
         paths.forEach { try? FileManager.default.removeItem(at: $0) }
@@ -243,6 +251,7 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     }
     var environment = ProcessInfo.processInfo.environment
     environment["TMPDIR"] = temporary.path
+    environment["XDG_CACHE_HOME"] = cacheFolder.path
     if threadSanitizerLoaded, environment["SWIFT_BACKTRACE"] == nil {
         // Under TSan, the backtracer's fork fails a TSan check and the half-started `swift-backtrace` hangs, holding
         // the child's descriptors.
@@ -251,6 +260,7 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     let arguments = [
         "--storm-round", "--url", base.absoluteString, "--per-round", String(options.perRound),
         "--seed", String(round.seed), "--timeout", String(Int(timeout)), "--kinds", options.kinds,
+        "--session", options.session,
     ]
     let start = ResourceUsage.now()
     guard let process = startChild(arguments, environment: environment, output: output, errors: errors) else {
@@ -383,7 +393,7 @@ private func runStorm(_ arguments: [String]) -> Never {
         spinners.forEach(stormCleanup.track)
     }
     let mode = options.load ? "load (2 busy loops)" : "quiet"
-    log("storm: \(options.rounds) rounds × \(options.perRound) requests, kinds \(options.kinds), \(build)\(sanitizer), \(mode), seed \(options.seed), \(serverDescription)")
+    log("storm: \(options.rounds) rounds × \(options.perRound) requests, kinds \(options.kinds), session \(options.session), \(build)\(sanitizer), \(mode), seed \(options.seed), \(serverDescription)")
     var rounds: [StormRound] = []
     for number in 0..<options.rounds {
         let round = runRound(number: number, base: base, options: options, timeout: timeout)
@@ -404,7 +414,8 @@ private func printStormTable(_ rounds: [StormRound], options: StormOptions, buil
         zip(cells, widths).map { $0.padding(toLength: max($1, $0.count), withPad: " ", startingAt: 0) }.joined(separator: "  ")
     }
     let widths = [5, 10, 15, 7, 8, 7, 9, 5, 9, 6, 7, 8, 4, 14]
-    let mix = options.kinds == "all" ? "default mix" : options.kinds == "issue" ? "issue mix (json,body,download-1m,resumable)" : "kinds \(options.kinds)"
+    let described = options.kinds == "all" ? "default mix" : options.kinds == "issue" ? "issue mix (json,body,download-1m,resumable)" : "kinds \(options.kinds)"
+    let mix = described + (options.session == "ephemeral" ? ", .ephemeral session with its URLCache" : ", .ephemeral session without a URLCache")
     print("")
     print("cancel storm — \(build) build, \(mode), \(mix)\(options.label.isEmpty ? "" : ", label: \(options.label)")")
     print("\(server); 16 in flight, each request cancelled 0–4 ms after it is added; child timeout \(fixed(timeout, 0)) s")

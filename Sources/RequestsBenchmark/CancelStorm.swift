@@ -393,7 +393,8 @@ private func runStorm(_ arguments: [String]) -> Never {
         spinners.forEach(stormCleanup.track)
     }
     let mode = options.load ? "load (2 busy loops)" : "quiet"
-    log("storm: \(options.rounds) rounds × \(options.perRound) requests, kinds \(options.kinds), session \(options.session), \(build)\(sanitizer), \(mode), seed \(options.seed), \(serverDescription)")
+    let what = "kinds \(options.kinds), session \(options.session), \(build)\(sanitizer), \(mode), seed \(options.seed)"
+    log("storm: \(options.rounds) rounds × \(options.perRound) requests, \(what), \(serverDescription)")
     var rounds: [StormRound] = []
     for number in 0..<options.rounds {
         let round = runRound(number: number, base: base, options: options, timeout: timeout)

@@ -9,7 +9,7 @@ import Darwin
 #endif
 
 // `requests-bench --storm [--rounds R] [--per-round N] [--load] [--url BASE] [--seed S] [--timeout T] [--label TEXT]
-// [--kinds LIST]`: the cancel storm. Starts nginx once (unless --url), then runs R rounds, each in a child process
+// [--kinds LIST] [--mix default|issue]`: the cancel storm. Starts nginx once (unless --url), then runs R rounds, each in a child process
 // (`--storm-round`, CancelStormRound.swift) so that a crash (on Linux, Foundation's `TaskRegistry.swift:118` when a
 // task's cancel meets its completion) ends only that round. With --load, two busy loops (`--storm-spin` children)
 // run beside the rounds. Prints a table; exits 1 if a round crashed, hung or saw a completion run other than once.
@@ -22,13 +22,21 @@ enum StormPaths {
     static let files = ["storm-1m.bin": 1 << 20, "storm-8m.bin": 8 << 20]
 }
 
-/// The kinds of request, picked uniformly.
+/// The kinds of request, picked uniformly. `download-1m` is a download of the 1 MiB file (the issue mix's); the
+/// others fetch the 8 MiB one.
 enum StormKind: String, CaseIterable {
-    case json, body, download, resumable, resumableAsync = "resumable-async", stream, streamAsync = "stream-async"
+    case json, body, download, download1m = "download-1m", resumable, resumableAsync = "resumable-async", stream, streamAsync = "stream-async"
 
-    /// `all`, or a comma-separated list of kinds; `nil` when a name is unknown.
+    /// Today's mix (`all`, the default): every kind but `download-1m`.
+    static let defaultMix: [StormKind] = [.json, .body, .download, .resumable, .resumableAsync, .stream, .streamAsync]
+    /// The mix of issue 46 (item 3): a 78-byte JSON, a 1 MiB body, a 1 MiB download, and a resumable download (8 MiB)
+    /// cancelled with a resume state, the next ones resumed from those states and cancelled again.
+    static let issueMix: [StormKind] = [.json, .body, .download1m, .resumable]
+
+    /// `all` (today's mix), `issue` (issue 46's), or a comma-separated list of kinds; `nil` when a name is unknown.
     static func parse(_ text: String) -> [StormKind]? {
-        guard text != "all" else { return allCases }
+        guard text != "all" else { return defaultMix }
+        guard text != "issue" else { return issueMix }
         let kinds = text.split(separator: ",").map { StormKind(rawValue: String($0)) }
         guard !kinds.isEmpty, kinds.allSatisfy({ $0 != nil }) else { return nil }
         return kinds.compactMap { $0 }
@@ -123,6 +131,8 @@ private struct StormOptions {
     var timeout: Double?
     var label = ""
     var kinds = "all"
+    /// `no-cache` (`.ephemeral` without a URLCache, today's) or `ephemeral` (as Foundation makes it, the issue's).
+    var session = "no-cache"
 
     init(_ arguments: [String]) {
         var remaining = arguments[...]
@@ -144,6 +154,14 @@ private struct StormOptions {
             case "--seed": seed = UInt64(positive(flag))
             case "--timeout": timeout = Double(positive(flag))
             case "--label": label = value(flag)
+            case "--mix":
+                let mix = value(flag)
+                guard ["default", "issue"].contains(mix) else { fail("--mix takes default or issue, not \(mix)", code: 2) }
+                kinds = mix == "issue" ? "issue" : "all"
+                session = mix == "issue" ? "ephemeral" : "no-cache"
+            case "--session":
+                session = value(flag)
+                guard ["ephemeral", "no-cache"].contains(session) else { fail("--session takes ephemeral or no-cache, not \(session)", code: 2) }
             case "--kinds":
                 kinds = value(flag)
                 guard StormKind.parse(kinds) != nil else {
@@ -217,7 +235,9 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     // Standard output and error go to files: the backtrace of a crash can be long, and nothing need read it meanwhile.
     let outputFile = URL(fileURLWithPath: temporary.path + ".stdout")
     let errorFile = URL(fileURLWithPath: temporary.path + ".stderr")
-    let paths = [temporary, outputFile, errorFile]
+    // The `ephemeral` session's URLCache.shared keeps a disk cache under XDG_CACHE_HOME: the round's own, removed after it.
+    let cacheFolder = URL(fileURLWithPath: temporary.path + ".cache")
+    let paths = [temporary, outputFile, errorFile, cacheFolder]
     paths.forEach(stormCleanup.track)
     defer {
         paths.forEach { try? FileManager.default.removeItem(at: $0) }
@@ -231,6 +251,7 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     }
     var environment = ProcessInfo.processInfo.environment
     environment["TMPDIR"] = temporary.path
+    environment["XDG_CACHE_HOME"] = cacheFolder.path
     if threadSanitizerLoaded, environment["SWIFT_BACKTRACE"] == nil {
         // Under TSan, the backtracer's fork fails a TSan check and the half-started `swift-backtrace` hangs, holding
         // the child's descriptors.
@@ -239,6 +260,7 @@ private func runRound(number: Int, base: URL, options: StormOptions, timeout: Do
     let arguments = [
         "--storm-round", "--url", base.absoluteString, "--per-round", String(options.perRound),
         "--seed", String(round.seed), "--timeout", String(Int(timeout)), "--kinds", options.kinds,
+        "--session", options.session,
     ]
     let start = ResourceUsage.now()
     guard let process = startChild(arguments, environment: environment, output: output, errors: errors) else {
@@ -371,7 +393,8 @@ private func runStorm(_ arguments: [String]) -> Never {
         spinners.forEach(stormCleanup.track)
     }
     let mode = options.load ? "load (2 busy loops)" : "quiet"
-    log("storm: \(options.rounds) rounds × \(options.perRound) requests, \(build)\(sanitizer), \(mode), seed \(options.seed), \(serverDescription)")
+    let what = "kinds \(options.kinds), session \(options.session), \(build)\(sanitizer), \(mode), seed \(options.seed)"
+    log("storm: \(options.rounds) rounds × \(options.perRound) requests, \(what), \(serverDescription)")
     var rounds: [StormRound] = []
     for number in 0..<options.rounds {
         let round = runRound(number: number, base: base, options: options, timeout: timeout)
@@ -392,8 +415,10 @@ private func printStormTable(_ rounds: [StormRound], options: StormOptions, buil
         zip(cells, widths).map { $0.padding(toLength: max($1, $0.count), withPad: " ", startingAt: 0) }.joined(separator: "  ")
     }
     let widths = [5, 10, 15, 7, 8, 7, 9, 5, 9, 6, 7, 8, 4, 14]
+    let described = options.kinds == "all" ? "default mix" : options.kinds == "issue" ? "issue mix (json,body,download-1m,resumable)" : "kinds \(options.kinds)"
+    let mix = described + (options.session == "ephemeral" ? ", .ephemeral session with its URLCache" : ", .ephemeral session without a URLCache")
     print("")
-    print("cancel storm — \(build) build, \(mode)\(options.label.isEmpty ? "" : ", label: \(options.label)")")
+    print("cancel storm — \(build) build, \(mode), \(mix)\(options.label.isEmpty ? "" : ", label: \(options.label)")")
     print("\(server); 16 in flight, each request cancelled 0–4 ms after it is added; child timeout \(fixed(timeout, 0)) s")
     print("")
     print(row(["round", "seed", "result", "seconds", "requests", "cancels", "after end", "ok", "cancelled", "errors", "resumed", "tmp left", "TSan", "cancel late ms"], widths))

@@ -257,8 +257,8 @@ func runStormRound(_ arguments: [String]) -> Never {
     var values: [String: String] = [:]
     var remaining = arguments[...]
     while let flag = remaining.popFirst() {
-        guard ["--url", "--per-round", "--seed", "--timeout", "--kinds"].contains(flag), let value = remaining.popFirst() else {
-            fail("--storm-round takes --url BASE --per-round N --seed S --timeout SECONDS --kinds LIST, not \(flag)", code: 2)
+        guard ["--url", "--per-round", "--seed", "--timeout", "--kinds", "--session"].contains(flag), let value = remaining.popFirst() else {
+            fail("--storm-round takes --url BASE --per-round N --seed S --timeout SECONDS --kinds LIST --session ephemeral|no-cache, not \(flag)", code: 2)
         }
         values[flag] = value
     }
@@ -269,7 +269,9 @@ func runStormRound(_ arguments: [String]) -> Never {
         fail("--storm-round: bad arguments \(arguments)", code: 2)
     }
     let configuration = URLSessionConfiguration.ephemeral
-    configuration.urlCache = nil
+    // Today's mix runs without a URLCache; the issue mix's session is `.ephemeral` as Foundation makes it, whose
+    // URLCache (URLCache.shared on Linux) makes each data task look up the cache on a background queue before it starts.
+    if values["--session"] != "ephemeral" { configuration.urlCache = nil }
     // 16 in flight is the caller's count (a slot frees when a completion runs). The queue and the session have room
     // beyond it: a cancelled operation finishes, and its task ends, a little after its completion (50 ms later on
     // Linux), and new requests must not wait behind those, or nearly all would be cancelled before they start.
@@ -328,8 +330,9 @@ func runStormRound(_ arguments: [String]) -> Never {
                 finish(StormOutcome($0))
             }
             cancel = { operation.cancel() }
-        case .download:
-            let request = StormDownload(url: base.appendingPathComponent(StormPaths.large), identifier: identifier, destination: file)
+        case .download, .download1m:
+            let path = kind == .download ? StormPaths.large : StormPaths.mebibyte
+            let request = StormDownload(url: base.appendingPathComponent(path), identifier: identifier, destination: file)
             let operation = queue.addRequest(request, session: session) { result in
                 removeFile()
                 finish(StormOutcome(result))

@@ -54,7 +54,7 @@ struct Options {
                               [--only PARTS] [--concurrency LIST]
                requests-bench --soak [N] [--server-process]
                requests-bench --storm [--rounds R] [--per-round N] [--load] [--url BASE] [--seed S] [--timeout T]
-                              [--label TEXT] [--kinds LIST]
+                              [--label TEXT] [--kinds LIST] [--mix default|issue]
                requests-bench outbox-kill [--entries 5000] [--kills 200] [--lanes 8] [--seed S] [--refusals 0.02]
                requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--reopen-entries 10000]
 
@@ -79,7 +79,8 @@ struct Options {
                              /json, /files/storm-1m.bin and /files/storm-8m.bin instead of nginx. --seed: the first
                              round's seed (the next rounds add 1). --timeout: a round's hang limit in seconds.
                              --label: free text for the table (the build and TSan are detected). --kinds: some of
-                             json,body,download,resumable,resumable-async,stream,stream-async (default all)
+                             json,body,download,download-1m,resumable,resumable-async,stream,stream-async (default
+                             all: every kind but download-1m). --mix issue: issue 46's mix, json,body,download-1m,resumable
           --concurrency LIST throughput concurrencies (default 1,16,64)
           outbox-kill        instead: nothing lost, nothing doubled. Child processes (`outbox-child`) enqueue --entries
                              POSTs into an outbox on one folder, in --lanes lanes, printing an ack after each enqueue;

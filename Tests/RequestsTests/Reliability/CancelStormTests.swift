@@ -139,6 +139,52 @@ final class TaskCancellationTests: XCTestCase {
 }
 
 /// A task whose `cancel()` signals `started`, waits for `release`, then signals `finished`.
+/// The derived session's URLCache on Linux answers a data task's lookup at once (before `getCachedResponse` returns),
+/// so that no cancel's block waits for it (docs/reliability.md, "The cancel storm"), and leaves the rest to the
+/// caller's cache.
+final class ImmediateLookupCacheTests: XCTestCase {
+    #if canImport(FoundationNetworking)
+    func testTheLookupAnswersBeforeItReturnsWithTheCallersEntry() throws {
+        let url = try XCTUnwrap(URL(string: "http://127.0.0.1:9/lookup"))
+        let callers = URLCache(memoryCapacity: 1 << 20, diskCapacity: 0, diskPath: nil)
+        let response = try XCTUnwrap(HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: nil))
+        callers.storeCachedResponse(CachedURLResponse(response: response, data: Data("kept".utf8)), for: URLRequest(url: url))
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = callers
+        let derived = TaskCancellation.derived(from: configuration)
+        let cache = try XCTUnwrap(derived.urlCache as? ImmediateLookupCache)
+        XCTAssertTrue(cache.cache === callers)
+        XCTAssertTrue(configuration.urlCache === callers, "the caller's configuration is left as it was")
+        let session = URLSession(configuration: .ephemeral)
+        defer { session.invalidateAndCancel() }
+        let task = session.dataTask(with: url)
+        let answered = Locked<Data?>(nil)
+        cache.getCachedResponse(for: task) { answered.value = $0?.data }
+        XCTAssertEqual(answered.value, Data("kept".utf8), "answered before getCachedResponse returned")
+        cache.removeCachedResponse(for: task)
+        XCTAssertNil(callers.cachedResponse(for: URLRequest(url: url)), "removed from the caller's cache")
+        XCTAssertTrue(TaskCancellation.derived(from: derived).urlCache === cache, "not wrapped twice")
+    }
+
+    func testASessionWithoutACacheIsLeftAsItIs() {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        XCTAssertTrue(TaskCancellation.derived(from: configuration) === configuration)
+    }
+    #endif
+}
+
+/// A value behind a lock, for the tests above.
+private final class Locked<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    init(_ value: T) { stored = value }
+    var value: T {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
+
 private final class HeldCancel: CancellableTask, @unchecked Sendable {
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)

@@ -3,7 +3,17 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// Every `URLSessionTask.cancel()` Requests makes goes through here, so that these rules hold in one place:
+/// Every `URLSessionTask.cancel()` Requests makes goes through here, so that these rules hold in one place.
+///
+/// Why a cancel can crash on Linux (docs/reliability.md, "The cancel storm"): `cancel()` marks the task "canceling"
+/// inside a `sync` on the task's work queue and queues a block there that reports the cancellation, which looks the
+/// task up in the session's registry. A natural completion reports itself (on Linux on the session's work queue: see
+/// `CallbackQueue`), marks the task completed and queues its removal from the registry on that same serial queue. If
+/// the cancel's block is queued by the time `cancel()` returns, it runs before that removal and finds the task
+/// (FIFO). Two things let it be queued later, after the removal, and then it crashes the process
+/// (`TaskRegistry.swift:118`): a second `sync` on the task's work queue waiting when `cancel()` ends (two overlapping
+/// cancels: the first rule below), and a cache lookup still pending when `cancel()` runs, which parks the block until
+/// the lookup answers from a background queue (closed by ``ImmediateLookupCache``, which answers at once).
 ///
 /// - **One at a time per task.** On Linux, two `cancel()` calls on one task that overlap (an operation's and its
 ///   sink's, from two threads) let the task complete between the first call and the block that call queued on
@@ -99,6 +109,76 @@ enum TaskCancellation {
         }
     }
 }
+
+extension TaskCancellation {
+    /// The configuration of a session Requests derives from `configuration`: on Linux, its `URLCache` (if any) is
+    /// wrapped in an ``ImmediateLookupCache``, so that no cancel's block waits for a cache lookup (see there).
+    static func derived(from configuration: URLSessionConfiguration) -> URLSessionConfiguration {
+        #if canImport(FoundationNetworking)
+        // `URLSession.configuration` is the session's own object: changed on a copy only.
+        guard let cache = configuration.urlCache, !(cache is ImmediateLookupCache),
+            let derived = configuration.copy() as? URLSessionConfiguration
+        else { return configuration }
+        derived.urlCache = ImmediateLookupCache(cache)
+        return derived
+        #else
+        return configuration
+        #endif
+    }
+}
+
+#if canImport(FoundationNetworking)
+/// The `URLCache` of a session Requests derives on Linux: the caller's, except that a data task's lookup answers at
+/// once, on the thread that asks, instead of from a background queue later.
+///
+/// Why (docs/reliability.md, "The cancel storm"): corelibs creates a data task's protocol object only when its cache
+/// lookup answers, and the lookup starts at the first `resume()` or `cancel()`. A `cancel()` made while it is pending
+/// parks the block that reports the cancellation beside `resume()`'s start block; the answer then queues both, one
+/// after the other, from the background thread. If that thread is preempted between the two, the task starts,
+/// completes and leaves the session's registry before the cancel's block is queued, and that block crashes the process
+/// (`TaskRegistry.swift:118`). Answered at once, the lookup ends inside the `resume()` (or `cancel()`) that started it,
+/// on the task's work queue, so a later `cancel()` finds the protocol and queues its block itself, ahead of any
+/// completion's removal.
+///
+/// The lookup is the caller's cache's `cachedResponse(for:)` (what corelibs' `getCachedResponse(for:)` runs on the
+/// background queue); it now runs on the session's work queue, as corelibs' own stores do. Everything else is passed
+/// on to the caller's cache.
+final class ImmediateLookupCache: URLCache, @unchecked Sendable {
+    let cache: URLCache
+
+    init(_ cache: URLCache) {
+        self.cache = cache
+        // Nothing is kept here. A path that exists, so that no cache folder is created.
+        super.init(memoryCapacity: 0, diskCapacity: 0, diskPath: NSTemporaryDirectory())
+    }
+
+    override func getCachedResponse(for dataTask: URLSessionDataTask, completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void) {
+        completionHandler(dataTask.currentRequest.flatMap(cache.cachedResponse(for:)))
+    }
+
+    override func cachedResponse(for request: URLRequest) -> CachedURLResponse? { cache.cachedResponse(for: request) }
+    override func storeCachedResponse(_ cachedResponse: CachedURLResponse, for request: URLRequest) {
+        cache.storeCachedResponse(cachedResponse, for: request)
+    }
+    override func storeCachedResponse(_ cachedResponse: CachedURLResponse, for dataTask: URLSessionDataTask) {
+        cache.storeCachedResponse(cachedResponse, for: dataTask)
+    }
+    override func removeCachedResponse(for request: URLRequest) { cache.removeCachedResponse(for: request) }
+    override func removeCachedResponse(for dataTask: URLSessionDataTask) { cache.removeCachedResponse(for: dataTask) }
+    override func removeAllCachedResponses() { cache.removeAllCachedResponses() }
+    override func removeCachedResponses(since date: Date) { cache.removeCachedResponses(since: date) }
+    override var memoryCapacity: Int {
+        get { cache.memoryCapacity }
+        set { cache.memoryCapacity = newValue }
+    }
+    override var diskCapacity: Int {
+        get { cache.diskCapacity }
+        set { cache.diskCapacity = newValue }
+    }
+    override var currentMemoryUsage: Int { cache.currentMemoryUsage }
+    override var currentDiskUsage: Int { cache.currentDiskUsage }
+}
+#endif
 
 /// What `TaskCancellation` cancels: a `URLSessionTask` (a stand-in in the tests).
 protocol CancellableTask: AnyObject {

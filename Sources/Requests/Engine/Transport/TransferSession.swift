@@ -73,7 +73,8 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
             released.keys.forEach { sessions[$0] = nil }
             let delegate = TransferSession()
             delegate.base = base
-            let session = URLSession(configuration: base.configuration, delegate: delegate, delegateQueue: CallbackQueue())
+            let configuration = TaskCancellation.derived(from: base.configuration)
+            let session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: CallbackQueue())
             sessions[key] = Entry(base: base, session: session, delegate: delegate)
             return (session, delegate, released)
         }

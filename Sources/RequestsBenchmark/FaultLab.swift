@@ -81,7 +81,14 @@ private func runCell(_ row: FaultLabRow, reused: Bool, kind: FaultLabKind, style
     server.connectionPolicy = row.policy(reused: reused)
     let timeout = row.waitsForTimeout ? 1 : 4
     let errors = FileManager.default.temporaryDirectory.appendingPathComponent("fault-lab-\(getpid())-\(UUID().uuidString).stderr")
-    defer { try? FileManager.default.removeItem(at: errors) }
+    // The child's temporary directory, removed with all it left (its body file, Foundation's download files), even
+    // after a crash.
+    let temporary = FileManager.default.temporaryDirectory.appendingPathComponent("fault-lab-\(getpid())-\(UUID().uuidString)")
+    try? FileManager.default.createDirectory(at: temporary, withIntermediateDirectories: true)
+    defer {
+        try? FileManager.default.removeItem(at: errors)
+        try? FileManager.default.removeItem(at: temporary)
+    }
     let output = Pipe()
     _ = FileManager.default.createFile(atPath: errors.path, contents: nil)
     let process = Process()
@@ -90,6 +97,9 @@ private func runCell(_ row: FaultLabRow, reused: Bool, kind: FaultLabKind, style
         "--fault-lab-cell", kind.argument, style.argument, server.baseURL.absoluteString, String(timeout), reused ? (warmUpSame ? "2" : "1") : "0",
         String(reused ? row.idleMilliseconds ?? 0 : 0),
     ]
+    var environment = ProcessInfo.processInfo.environment
+    environment["TMPDIR"] = temporary.path
+    process.environment = environment
     process.standardInput = FileHandle.nullDevice
     process.standardOutput = output
     process.standardError = (try? FileHandle(forWritingTo: errors)) ?? FileHandle.nullDevice

@@ -117,7 +117,6 @@ func runFaultLabCell(_ arguments: [String]) -> Never {
         style == .delegate ? URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil) : URLSession(configuration: configuration)
     let file = FileManager.default.temporaryDirectory.appendingPathComponent("fault-lab-\(getpid()).bin")
     _ = FileManager.default.createFile(atPath: file.path, contents: FaultLabBodies.body)
-    defer { try? FileManager.default.removeItem(at: file) }
 
     var request = URLRequest(url: LoopbackServer.url(kind.path, on: base))
     request.httpMethod = kind.method
@@ -131,6 +130,7 @@ func runFaultLabCell(_ arguments: [String]) -> Never {
         let same = arguments[4] == "2"
         let (status, error) = send(same ? request : warmUp, kind: same ? kind : .get, style: style, session: session, delegate: delegate, file: file)
         guard error == nil, status == 200 else {
+            try? FileManager.default.removeItem(at: file)
             print("RESULT warm-up-failed 0")
             exit(1)
         }
@@ -147,6 +147,7 @@ func runFaultLabCell(_ arguments: [String]) -> Never {
     } else {
         outcome = "success \(status)"
     }
+    try? FileManager.default.removeItem(at: file)  // (`exit` runs no `defer`; the parent removes the folder too)
     print("RESULT \(outcome.replacingOccurrences(of: " ", with: "_")) \(String(format: "%.2f", elapsed))")
     exit(0)
 }

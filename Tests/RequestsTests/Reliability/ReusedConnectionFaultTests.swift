@@ -17,6 +17,11 @@ import XCTest
 /// re-send; the server never saw a head whose body did not follow (a re-send with headers and no body); a POST is
 /// not applied twice; an outbox entry's attempts all carry its key. The table is in docs/faults.md.
 final class ReusedConnectionFaultTests: XCTestCase {
+    override class func tearDown() {
+        try? FileManager.default.removeItem(at: LabRoutes.uploadFile)
+        super.tearDown()
+    }
+
     /// Runs the cells of one row side by side, then reports each problem and a line per cell.
     private func runRow(_ row: LabRow, file: StaticString = #filePath, line: UInt = #line) {
         let before = transferLeftovers()

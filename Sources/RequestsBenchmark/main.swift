@@ -55,6 +55,8 @@ struct Options {
                requests-bench --soak [N] [--server-process]
                requests-bench --storm [--rounds R] [--per-round N] [--load] [--url BASE] [--seed S] [--timeout T]
                               [--label TEXT] [--kinds LIST] [--mix default|issue]
+               requests-bench --fault-lab [--styles plain,delegate,library] [--rows NAMES] [--kinds NAMES] [--parallel N]
+                              [--warm-up get|same]
                requests-bench outbox-kill [--entries 5000] [--kills 200] [--lanes 8] [--seed S] [--refusals 0.02]
                requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--reopen-entries 10000]
 
@@ -196,6 +198,8 @@ if CommandLine.arguments.dropFirst().first == "--transfer-child" {
 }
 
 switch CommandLine.arguments.dropFirst().first {
+case "--fault-lab": runFaultLab(Array(CommandLine.arguments.dropFirst(2)))
+case "--fault-lab-cell": runFaultLabCell(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-child": runOutboxChild(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-kill": runOutboxKillCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropFirst(2)))

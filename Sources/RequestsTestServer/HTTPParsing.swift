@@ -81,6 +81,8 @@ enum ReadOutcome {
     case closed
     /// The request is malformed or too large: answer with this status and close.
     case reject(status: Int)
+    /// `stopInBody` asked to stop halfway through the body: `received` of its bytes were read, the rest was not.
+    case stoppedInBody(received: Int)
 }
 
 /// Buffers bytes received on one connection and parses HTTP/1.x requests from them.
@@ -146,8 +148,44 @@ final class RequestReader {
         }
     }
 
+    /// The body bytes that had arrived when the last request's body was cut short (the connection ended first).
+    private(set) var cutBodyBytes = 0
+    /// The bytes of the chunks of the body being read, so far.
+    private var chunkedBytesRead = 0
+
+    /// Whether a byte has been received and not yet consumed, or arrives within `milliseconds` (a negative value
+    /// waits forever). `false` when the time is up, the client closed the connection or the server stopped.
+    func waitForBytes(milliseconds: Int) -> Bool {
+        if available > 0 { return true }
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while true {
+            let ready = poll(&pfd, 1, Int32(clamping: milliseconds))
+            if ready < 0 && errno == EINTR { continue }
+            guard ready > 0 else { return false }
+            return fill()
+        }
+    }
+
+    /// Reads and drops whatever the socket holds now, without waiting, so that a close sends a FIN and not a reset.
+    func discardAvailable() {
+        start = buffer.count
+        while true {
+            let count = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if count > 0 { continue }
+            if count < 0 && errno == EINTR { continue }
+            return
+        }
+    }
+
     /// Reads the next request. `sendContinue` is called before the body is read if the client expects `100 Continue`.
-    func readRequest(sendContinue: () -> Bool) -> ReadOutcome {
+    /// `onHead` is told of the head as soon as it is parsed, with the body's `Content-Length` (`nil` if chunked) and
+    /// whether it is chunked. With `stopInBody`, a body of a request is read only halfway (a chunked one not at all),
+    /// and the outcome is ``ReadOutcome/stoppedInBody(received:)``; a request without a body is read whole.
+    func readRequest(
+        sendContinue: () -> Bool, onHead: (Head, _ contentLength: Int?, _ chunked: Bool) -> Void = { _, _, _ in }, stopInBody: Bool = false
+    ) -> ReadOutcome {
+        cutBodyBytes = 0
+        chunkedBytesRead = 0
         // Ignore empty lines before the request line (RFC 9112 section 2.2).
         while true {
             while available >= 2, buffer[start] == 13, buffer[start + 1] == 10 { start += 2 }
@@ -200,8 +238,17 @@ final class RequestReader {
             contentLength = length
         }
 
+        onHead(parsed, transferEncoding == nil ? contentLength : nil, transferEncoding != nil)
         if headers["expect"]?.lowercased() == "100-continue", transferEncoding != nil || contentLength > 0 {
             guard sendContinue() else { return .closed }
+        }
+        if stopInBody, transferEncoding != nil || contentLength > 0 {
+            let half = transferEncoding == nil ? contentLength / 2 : 0
+            guard read(exactly: half) != nil else {
+                cutBodyBytes = available
+                return .closed
+            }
+            return .stoppedInBody(received: half)
         }
 
         let body: Data
@@ -210,13 +257,20 @@ final class RequestReader {
             case .success(let data): body = data
             case .failure(let failure):
                 if case .reject(let status) = failure { return .reject(status: status) }
+                cutBodyBytes = chunkedBytesRead + available
                 return .closed
             }
         } else if digest != nil {
-            guard consume(exactly: contentLength, into: &digest) else { return .closed }
+            guard consume(exactly: contentLength, into: &digest) else {
+                cutBodyBytes = available
+                return .closed
+            }
             body = Data()
         } else {
-            guard let data = read(exactly: contentLength) else { return .closed }
+            guard let data = read(exactly: contentLength) else {
+                cutBodyBytes = available
+                return .closed
+            }
             body = data
         }
 
@@ -300,6 +354,7 @@ final class RequestReader {
                 guard body.count + size <= Limits.maxBodyBytes else { return .failure(.reject(413)) }
                 guard let chunk = read(exactly: size) else { return .failure(.closed) }
                 body.append(chunk)
+                chunkedBytesRead = body.count
             }
             switch readLine() {
             case .success(let rest) where rest.isEmpty: continue

@@ -12,7 +12,9 @@ import Darwin
 /// and faults under `/fault/…`: `close-mid-body` (a `Content-Length` larger than the body sent), `never-respond`,
 /// `reset-before-headers`, `reset-mid-body`, `invalid-chunked`, `redirect-loop`, `html-error`, `html-page`,
 /// `invalid-json`) and custom ones via ``route(_:handler:)``.
-/// Any route accepts a `delay=N` query parameter (milliseconds).
+/// Any route accepts a `delay=N` query parameter (milliseconds). Faults of the connection itself, on the first request
+/// of a connection or a later one on the same kept-alive connection, come from ``connectionPolicy``, which also records
+/// what arrived (``arrivals``).
 public final class LoopbackServer: @unchecked Sendable {
     /// A failed socket call while starting the server.
     public struct Error: Swift.Error, Sendable, Equatable, CustomStringConvertible {
@@ -33,7 +35,7 @@ public final class LoopbackServer: @unchecked Sendable {
     /// `http://127.0.0.1:PORT`.
     public let baseURL: URL
 
-    private let core: ServerCore
+    let core: ServerCore
 
     /// Binds 127.0.0.1 on an ephemeral port (port 0) and starts accepting.
     /// Throws ``LoopbackServer/Error`` if `socket`, `bind`, `getsockname` or `listen` fail.
@@ -228,6 +230,10 @@ final class ServerCore: @unchecked Sendable {
     var totalRequests = 0
     var openFDs: Set<Int32> = []
     var acceptedConnections = 0
+    /// The connection policy and what it recorded (ConnectionFaults.swift).
+    var connectionPolicy: ConnectionPolicy?
+    var connectionFaultsApplied = 0
+    var arrivals: [LoopbackArrival] = []
 
     init(listenFD: Int32) {
         self.listenFD = listenFD
@@ -279,13 +285,13 @@ final class ServerCore: @unchecked Sendable {
                 if [EINTR, EAGAIN, ECONNABORTED, EMFILE, ENFILE].contains(code) { continue }
                 return
             }
-            let registered: Bool = withLock {
-                guard !stopped else { return false }
+            let registered: Int? = withLock {
+                guard !stopped else { return nil }
                 openFDs.insert(fd)
                 acceptedConnections += 1
-                return true
+                return acceptedConnections
             }
-            guard registered else {
+            guard let connection = registered else {
                 Sys.close(fd)
                 return
             }
@@ -293,38 +299,17 @@ final class ServerCore: @unchecked Sendable {
             #if canImport(Darwin)
             Sys.setOption(fd, SOL_SOCKET, SO_NOSIGPIPE)
             #endif
-            let thread = Thread { [self] in serve(fd) }
+            let thread = Thread { [self] in serve(fd, connection: connection) }
             thread.name = "LoopbackServer.connection"
             thread.stackSize = 512 * 1024
             thread.start()
         }
     }
 
-    // MARK: - One connection
-
-    private func serve(_ fd: Int32) {
-        defer {
-            withLock { _ = openFDs.remove(fd) }
-            Sys.close(fd)
-        }
-        let reader = RequestReader(fd: fd)
-        while true {
-            switch reader.readRequest(sendContinue: { Sys.sendAll(fd, Data("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }) {
-            case .closed:
-                return
-            case .reject(let status):
-                let reason = LoopbackResponse.reasonPhrase(for: status).lowercased()
-                let response = LoopbackResponse.json(#"{"error":"\#(reason)"}"#, status: status)
-                if send(response, on: fd, keepAlive: false, isHead: false) { lingeringClose(fd) }
-                return
-            case .request(let request, let keepAlive, let isHead):
-                guard respond(to: request, reader: reader, keepAlive: keepAlive, isHead: isHead) else { return }
-            }
-        }
-    }
+    // MARK: - One connection (served in ConnectionFaults.swift, with the connection policy)
 
     /// Handles one request. Returns `true` if the connection may serve another one.
-    private func respond(to request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool) -> Bool {
+    func respond(to request: LoopbackRequest, reader: RequestReader, keepAlive: Bool, isHead: Bool) -> Bool {
         let (handler, streamHandler, resourceHandler) = withLock {
             requestCounts[request.path, default: 0] += 1
             totalRequests += 1
@@ -493,7 +478,7 @@ final class ServerCore: @unchecked Sendable {
     }
 
     /// Sends a complete in-memory response. Returns `false` if the socket failed.
-    private func send(_ response: LoopbackResponse, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
+    func send(_ response: LoopbackResponse, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
         let hasBody = !LoopbackResponse.statusHasNoBody(response.status)
         var data = headerBlock(response, contentLength: hasBody ? response.body.count : nil, keepAlive: keepAlive)
         if hasBody && !isHead { data.append(response.body) }
@@ -531,7 +516,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// The status line and headers: `Content-Length` (unless `nil`), `Content-Type` when there is a body,
     /// `Connection`, then the response's own headers.
-    private func headerBlock(_ response: LoopbackResponse, contentLength: Int?, keepAlive: Bool) -> Data {
+    func headerBlock(_ response: LoopbackResponse, contentLength: Int?, keepAlive: Bool) -> Data {
         func clean(_ text: String) -> String {
             String(text.filter { $0 != "\r" && $0 != "\n" })
         }
@@ -559,12 +544,12 @@ final class ServerCore: @unchecked Sendable {
     /// After an error response, stops sending and discards what the client still sends (up to 1 s),
     /// so closing does not reset the connection before the client has read the response.
     /// Makes the coming `close` send a TCP RST instead of a FIN.
-    private static func resetOnClose(_ fd: Int32) {
+    static func resetOnClose(_ fd: Int32) {
         var noLinger = linger(l_onoff: 1, l_linger: 0)
         _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &noLinger, socklen_t(MemoryLayout<linger>.size))
     }
 
-    private func lingeringClose(_ fd: Int32) {
+    func lingeringClose(_ fd: Int32) {
         _ = shutdown(fd, Sys.shutWR)
         var scratch = [UInt8](repeating: 0, count: 16 * 1024)
         let deadline = Sys.nowMilliseconds() + 1000

@@ -57,17 +57,21 @@ public struct ConnectionPolicy: Sendable, Equatable {
     /// does; a request whose first bytes arrive by then is served. Time it against the client's next request to
     /// make them race.
     public var closeAfterIdleMilliseconds: Int?
+    /// Keep a connection open after a request that asked for `Connection: close` (and answer `keep-alive`), as a
+    /// careless server does.
+    public var ignoresConnectionClose: Bool
 
     /// A policy; by default no fault and no closing, which only records ``LoopbackServer/arrivals``.
     public init(
         fault: ConnectionFault? = nil, onRequest: Int = 1, times: Int? = nil, closeAfterRequests: Int? = nil,
-        closeAfterIdleMilliseconds: Int? = nil
+        closeAfterIdleMilliseconds: Int? = nil, ignoresConnectionClose: Bool = false
     ) {
         self.fault = fault
         self.onRequest = onRequest
         self.times = times
         self.closeAfterRequests = closeAfterRequests
         self.closeAfterIdleMilliseconds = closeAfterIdleMilliseconds
+        self.ignoresConnectionClose = ignoresConnectionClose
     }
 }
 

@@ -64,7 +64,7 @@ extension ServerCore {
                     break
                 }
                 if let arrival { update(arrival) { $0.answered = true } }
-                let keepOpen = respond(to: request, reader: reader, keepAlive: keepAlive, isHead: isHead)
+                let keepOpen = respond(to: request, reader: reader, keepAlive: keepAlive || policy?.ignoresConnectionClose == true, isHead: isHead)
                 guard keepOpen else { return }
                 switch fault {
                 case .shutdownInputAtEnd?:

@@ -196,18 +196,20 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     // MARK: - 2. Send
 
     /// Creates the attempt's task and resumes it; `redirectsSoFar` > 0 for the next task of the same attempt, after
-    /// a 307 or 308 Requests sends again (see `RedirectResend`).
-    func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?, redirectsSoFar: Int = 0) {
+    /// a 307 or 308 Requests sends again (see `RedirectResend`), and `afterLostConnection` after a connection that
+    /// broke before any answer (see `LostConnectionResend`).
+    func transmit(_ urlRequest: URLRequest, credential: TokenAuthenticator.Credential?, redirectsSoFar: Int = 0, afterLostConnection: Bool = false) {
         guard
             let (attempt, taskObserver, rules) = ifNotCompleted({ () -> (RequestAttempt, TaskObserver?, TransferRules) in
                 // The attempt's request stays the one it sent first, as for a redirect URLSession follows: the
                 // summary's request, and the URI a response cache invalidates after an unsafe method.
-                if redirectsSoFar == 0 { (run.sentRequest, run.attemptsSent) = (urlRequest, run.attemptsSent + 1) }
+                if redirectsSoFar == 0, !afterLostConnection { (run.sentRequest, run.attemptsSent) = (urlRequest, run.attemptsSent + 1) }
                 run.credential = credential
                 (run.metrics, run.answeredChallenge) = (nil, false)
                 var rules = TransferRules(policies)
                 rules.keepsOutOfPlatformCache = run.cachedAttempt != nil
                 rules.redirectsSoFar = redirectsSoFar
+                rules.resentAfterLostConnection = afterLostConnection
                 return (currentAttempt(sending: urlRequest), run.taskObserver, rules)
             })
         else { return }
@@ -251,6 +253,11 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     /// stage what is its own, and the rest is interpreted.
     func receive(body: ResponseBody, response: URLResponse?, error: Error?) {
         if let resend = error as? RedirectResend {
+            body.discard()
+            sendAgain(resend)
+            return
+        }
+        if let resend = error as? LostConnectionResend {
             body.discard()
             sendAgain(resend)
             return

@@ -88,6 +88,33 @@ final class BodyResendTests: XCTestCase {
         XCTAssertEqual(bodies().count, 2, "the server applied it once")
     }
 
+    /// A server that ignores `Connection: close` lets a plain POST ride a kept-alive connection after all; when that
+    /// connection dies after the server read the POST, libcurl asks for the body to send it again, and is refused: the
+    /// POST fails at once, and only the head of the second sending reaches the server.
+    func testAPlainPostOnAConnectionKeptAgainstItsWillIsRefusedWhenLibcurlWouldSendItAgain() async throws {
+        let careless = try LoopbackServer()
+        defer { careless.stop() }
+        careless.route("/post") { request in .json(#"{"bytes":\#(request.body.count)}"#) }
+        careless.connectionPolicy = ConnectionPolicy(fault: .disconnectAfterRequest, onRequest: 2, times: 1, ignoresConnectionClose: true)
+        let session = makeSession()
+        let api = Endpoint(careless.baseURL.absoluteString)
+        let post = api.post("/post", body: .data(body, contentType: "application/octet-stream"))
+        _ = await send(post, on: session)
+        let (result, _) = await send(post, on: session)
+        let arrivals = careless.arrivals.filter { $0.path == "/post" }
+        XCTAssertEqual(arrivals.filter(\.isComplete).count, 2, "\(arrivals)")
+        #if canImport(FoundationNetworking)
+        // The error comes from the refusal, whose own description says so.
+        XCTAssertEqual((result.failure as? URLError)?.code, .networkConnectionLost, "\(result)")
+        XCTAssertTrue(((result.failure as? URLError)?.localizedDescription ?? "").contains("not safe to send twice"), "\(result)")
+        // The head of the second sending, if it arrived by now (libcurl writes it before it asks for the body).
+        XCTAssertLessThanOrEqual(arrivals.count, 3, "\(arrivals)")
+        // At once: what libcurl stopped with is its "operation aborted by callback", not the session's timeout.
+        let underlying = (result.failure as? URLError)?.userInfo[NSUnderlyingErrorKey] as? Error
+        XCTAssertEqual(underlying.map { ($0 as NSError).code }, NSURLErrorUnknown, "\(String(describing: underlying))")
+        #endif
+    }
+
     /// A GET whose answer is lost on a reused connection is sent again (by libcurl on Linux): success.
     func testAGetIsSentAgain() async throws {
         let (path, bodies) = lostSecondAnswer()

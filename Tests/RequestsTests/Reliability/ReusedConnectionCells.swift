@@ -120,6 +120,9 @@ enum LabCellRunner {
         if !headOnly.isEmpty {
             result.problems.append("the server saw a head without its body: \(headOnly.map(describe).joined(separator: ", "))")
         }
+        if !kind.isSafeToResend, LabExpectation.unsafeRequestsHaveConnectionsOfTheirOwn, let reused = seen.first(where: { !$0.method.isEmpty && $0.index > 1 }) {
+            result.problems.append("a request that must not be sent twice rode a kept-alive connection: \(describe(reused))")
+        }
         if kind.method == "POST", kind != .outbox, seen.filter(\.isComplete).count > 1 {
             result.problems.append("a POST arrived whole \(seen.filter(\.isComplete).count) times (applied twice)")
         }

@@ -13,6 +13,9 @@ struct TransferRules: Sendable {
     /// Redirects the attempt followed on earlier tasks (a 307 or 308 whose body Requests sent again, see
     /// `RedirectResend`): they count towards the limit, and the response counts as redirected.
     var redirectsSoFar = 0
+    /// Whether the attempt's request was sent again already after a connection that broke before any answer (see
+    /// `LostConnectionResend`).
+    var resentAfterLostConnection = false
 
     init(_ policies: RequestPolicies) {
         limits = policies.limits
@@ -90,10 +93,36 @@ class TransferSink: @unchecked Sendable {
         lock.withLock { refusedResend = true }
     }
 
-    /// The task's error as reported: a refused re-send is a lost connection, whatever libcurl says of it.
+    /// The task's error as reported: a refused re-send, or a connection that broke while the request was sent or the
+    /// answer awaited, is a lost connection (`networkConnectionLost`), whatever libcurl says of it.
     final func reported(_ error: Error?) -> Error? {
-        guard let error, lock.withLock({ refusedResend }) else { return error }
-        return SentBody.refusedResend(error)
+        guard let error else { return nil }
+        if lock.withLock({ refusedResend }) { return SentBody.refusedResend(error) }
+        return Self.brokenConnection(error) ?? error
+    }
+
+    /// Ends the attempt with a ``LostConnectionResend`` instead of `error` when the task's connection broke before any
+    /// answer and the request may be sent twice, once per attempt and before any redirect; returns whether it did.
+    final func resendsAfterLostConnection(_ error: Error?) -> Bool {
+        guard let error, LostConnectionResend.covers(error), !rules.resentAfterLostConnection, rules.redirectsSoFar == 0 else { return false }
+        let resends = lock.withLock { bodyMayBeSentTwice && arrivedResponse == nil && redirects == 0 && resend == nil && failureAtCompletion == nil }
+        guard resends else { return false }
+        dropBody()
+        finish(body: .data(Data()), response: nil, error: LostConnectionResend(error: error))
+        return true
+    }
+
+    /// libcurl's words for a connection that broke under a transfer, which corelibs reports as `URLError.unknown` (−1)
+    /// unless `connect` itself failed with `ECONNRESET`: a failed send ("Send failure: Broken pipe", "Failed sending
+    /// data to the peer"), a failed receive ("Recv failure: Connection reset by peer"). Apple platforms report
+    /// `networkConnectionLost`; so does Requests, everywhere, so that a ``RetryPolicy`` decides the same way.
+    static func brokenConnection(_ error: Error) -> Error? {
+        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
+        let text = urlError.localizedDescription
+        guard ["Send failure", "Failed sending data", "Recv failure", "Connection died"].contains(where: { text.hasPrefix($0) }) else { return nil }
+        var info = urlError.userInfo
+        info[NSUnderlyingErrorKey] = urlError
+        return URLError(.networkConnectionLost, userInfo: info)
     }
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,

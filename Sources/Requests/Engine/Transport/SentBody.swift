@@ -43,14 +43,16 @@ enum SentBody: @unchecked Sendable {
     }
 
     /// Whether a request must go on a connection of its own, never one kept alive from an earlier request (Linux): one
-    /// that must not be sent twice and sends no body bytes. libcurl sends such a request again by itself when a reused
-    /// connection dies before any answer, without asking for its body, so nothing can refuse it. So it goes through a
-    /// second session of the caller's configuration, with `Connection: close`: the server closes the connection after
-    /// its answer, and no later request rides it. (A request with a body is refused when libcurl asks for the body
-    /// again, and keeps its connections.)
-    static func needsAConnectionOfItsOwn(_ body: SentBody?, mayBeSentTwice: Bool) -> Bool {
+    /// that must not be sent twice. On a reused connection that dies before any answer, libcurl sends it again by
+    /// itself: a body-less one without asking anything, so nothing could refuse it; one with a body after the request
+    /// line and headers, before it asks for the body, so a refusal still leaves the server the head of a request whose
+    /// body never comes, and a request the server never read (a load balancer closing an idle connection as it
+    /// leaves) fails. So it goes through a second session of the caller's configuration, with `Connection: close`: the
+    /// server closes the connection after its answer, and no later request rides it. The cost is a new connection
+    /// (and TLS handshake) for each such request on Linux; a request with an `Idempotency-Key` keeps its connections.
+    static func needsAConnectionOfItsOwn(mayBeSentTwice: Bool) -> Bool {
         #if canImport(FoundationNetworking)
-        return !mayBeSentTwice && (body == nil || body?.length == 0)
+        return !mayBeSentTwice
         #else
         return false
         #endif

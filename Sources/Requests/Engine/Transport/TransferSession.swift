@@ -34,7 +34,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let body = body ?? SentBody.of(request)
         let mayBeSentTwice = SentBody.mayBeSentTwice(request)
         var request = request
-        let ownConnection = SentBody.needsAConnectionOfItsOwn(body, mayBeSentTwice: mayBeSentTwice)
+        let ownConnection = SentBody.needsAConnectionOfItsOwn(mayBeSentTwice: mayBeSentTwice)
         if ownConnection { request.setValue("close", forHTTPHeaderField: "Connection") }
         let (session, delegate) = session(for: base, ownConnections: ownConnection)
         let task = body?.task(for: request, on: session, asUpload: asUpload) ?? session.dataTask(with: request)
@@ -53,7 +53,7 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     private weak var base: URLSession?
 
     /// A caller's session, and whether the derived session is the one whose requests each have a connection of their
-    /// own (see `SentBody.needsAConnectionOfItsOwn(_:mayBeSentTwice:)`).
+    /// own (see `SentBody.needsAConnectionOfItsOwn(mayBeSentTwice:)`).
     private struct Key: Hashable {
         let base: ObjectIdentifier
         let ownConnections: Bool
@@ -271,7 +271,10 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         guard let handler = handler(for: task, removing: true) else { return }
-        handler.didComplete(response: handler.finalResponse(of: task), error: handler.reported(error))
+        let error = handler.reported(error)
+        if !handler.resendsAfterLostConnection(error) {
+            handler.didComplete(response: handler.finalResponse(of: task), error: error)
+        }
     }
 }
 

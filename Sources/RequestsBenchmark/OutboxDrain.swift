@@ -202,9 +202,16 @@ private final class RetryCounter: @unchecked Sendable {
     private var byError: [String: Int] = [:]
 
     func add(_ error: String) {
-        // The first words name the kind of failure; the rest (URLs, keys) differs from entry to entry.
-        let kind = error.split(separator: " ").prefix(8).joined(separator: " ")
-        lock.withLock { byError[kind, default: 0] += 1 }
+        lock.withLock { byError[Self.kind(of: error), default: 0] += 1 }
+    }
+
+    /// A short name for an error's description: `URLError -1011 (Empty reply from server)`, or its first words (an
+    /// NSError's description lists its user info in no fixed order, with the URL and the key in it).
+    static func kind(of error: String) -> String {
+        guard let code = error.range(of: "Code=") else { return error.split(separator: " ").prefix(4).joined(separator: " ") }
+        let number = error[code.upperBound...].prefix { $0 == "-" || $0.isNumber }
+        let known = ["Empty reply from server", "timed out", "network connection was lost", "cancelled"].first { error.contains($0) }
+        return "URLError \(number)" + (known.map { " (\($0))" } ?? "")
     }
 
     var total: Int { lock.withLock { byError.values.reduce(0, +) } }
@@ -335,7 +342,7 @@ private func describe(_ run: DrainRun) -> String {
     if counts.refused > 0 { text += ", \(counts.refused) answered 503" }
     text += ", \(run.connections) connections; outbox retries \(run.retries)"
     if !run.retryKinds.isEmpty {
-        text += " (" + run.retryKinds.sorted { $0.value > $1.value }.map { "\($0.value)× \($0.key)…" }.joined(separator: "; ") + ")"
+        text += " (" + run.retryKinds.sorted { $0.value > $1.value }.map { "\($0.value)× \($0.key)" }.joined(separator: "; ") + ")"
     }
     return text
 }

@@ -28,6 +28,9 @@ final class NginxServer {
     let executable: String
     let port: UInt16
     let baseURL: URL
+    /// The base URLs of the extra servers asked for with `postServers`, in that order: each on a port of its own,
+    /// with its own `keepalive_requests`, answering `POST /post` (the body read and discarded) with `{"ok":true}`.
+    let postBaseURLs: [URL]
     private let directory: URL
     private let process: Process
 
@@ -41,28 +44,34 @@ final class NginxServer {
     /// Starts nginx and waits until it accepts connections (a few tries, in case the chosen port is taken meanwhile).
     /// `files` (name → size in bytes) are written first and served as static files at `/files/NAME`, with nginx's
     /// `ETag`, `Last-Modified` and ranges (what a resumable download needs).
-    init(executable: String, files: [String: Int] = [:]) throws {
-        let launched = try Self.launch(executable: executable, files: files)
+    /// `postServers`: the `keepalive_requests` of each extra server block (see ``postBaseURLs``).
+    init(executable: String, files: [String: Int] = [:], postServers: [Int] = []) throws {
+        let launched = try Self.launch(executable: executable, files: files, postServers: postServers)
         self.executable = executable
         self.port = launched.port
         self.baseURL = launched.url
+        self.postBaseURLs = launched.postURLs
         self.directory = launched.directory
         self.process = launched.process
     }
 
-    private static func launch(executable: String, files: [String: Int]) throws -> (port: UInt16, url: URL, directory: URL, process: Process) {
+    private static func launch(
+        executable: String, files: [String: Int], postServers: [Int]
+    ) throws -> (port: UInt16, url: URL, directory: URL, process: Process, postURLs: [URL]) {
         var lastError = Failure(description: "nginx did not start")
         for _ in 0..<3 {
             let directory = FileManager.default.temporaryDirectory
                 .appendingPathComponent("requests-bench-nginx-\(UUID().uuidString)")
             do {
                 let port = try freePort()
-                guard let url = URL(string: "http://127.0.0.1:\(port)") else {
-                    throw Failure(description: "bad port \(port)")
+                let postPorts = try postServers.map { _ in try freePort() }
+                guard let url = URL(string: "http://127.0.0.1:\(port)"), Set(postPorts + [port]).count == postPorts.count + 1 else {
+                    throw Failure(description: "bad or repeated port \(port) \(postPorts)")
                 }
+                let postURLs = postPorts.compactMap { URL(string: "http://127.0.0.1:\($0)") }
                 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
                 try writeFiles(files, into: directory.appendingPathComponent("www/files"))
-                try config(directory: directory.path, port: port)
+                try config(directory: directory.path, port: port, postServers: Array(zip(postPorts, postServers)))
                     .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: executable)
@@ -73,8 +82,8 @@ final class NginxServer {
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
                 try process.run()
-                if waitUntilListening(port: port, process: process) {
-                    return (port, url, directory, process)
+                if waitUntilListening(port: port, process: process), postPorts.allSatisfy({ waitUntilListening(port: $0, process: process) }) {
+                    return (port, url, directory, process, postURLs)
                 }
                 if process.isRunning {
                     kill(process.processIdentifier, SIGTERM)
@@ -103,7 +112,25 @@ final class NginxServer {
         try? FileManager.default.removeItem(at: directory)
     }
 
-    private static func config(directory: String, port: UInt16) -> String {
+    /// The body `POST /post` answers.
+    static let postAnswer = #"{"ok":true}"#
+
+    /// A server block on `port` with `keepalive_requests` `keepalive`, answering `POST /post`: `return` reads and
+    /// discards the request body before it answers.
+    private static func postServer(port: UInt16, keepalive: Int) -> String {
+        """
+            server {
+                listen 127.0.0.1:\(port);
+                keepalive_requests \(keepalive);
+                location /post {
+                    default_type application/json;
+                    return 200 '\(postAnswer)';
+                }
+            }
+        """
+    }
+
+    private static func config(directory: String, port: UInt16, postServers: [(port: UInt16, keepalive: Int)]) -> String {
         """
         daemon off;
         master_process on;
@@ -131,6 +158,7 @@ final class NginxServer {
                     root \(directory)/www;
                 }
             }
+        \(postServers.map { postServer(port: $0.port, keepalive: $0.keepalive) }.joined(separator: "\n"))
         }
 
         """

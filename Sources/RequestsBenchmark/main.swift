@@ -59,6 +59,10 @@ struct Options {
                               [--warm-up get|same]
                requests-bench outbox-kill [--entries 5000] [--kills 200] [--lanes 8] [--seed S] [--refusals 0.02]
                requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--reopen-entries 10000]
+               requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]
+                              [--rounds 2] [--attempt-timeout 15] [--base-delay 0.05]
+               requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
+                              [--no-embedded]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE
@@ -93,6 +97,19 @@ struct Options {
           outbox-enqueue     instead: durable enqueues/s and p50/p99 latency from --threads threads into a suspended
                              outbox for --seconds (one per call, then 16 per call); the time from opening an outbox
                              with --reopen-entries pending to its first POST; resident memory per pending entry
+          outbox-drain       instead: issue 46's drain row. Each round enqueues --entries POSTs (a small JSON body) into a
+                             suspended outbox in --lanes lanes, resumes it (--concurrency entries at once) and times the drain
+                             against the embedded server (in this process) three times: no faults; --lost of the keys lose
+                             their answer on their first arrival (applied, then the connection closed unanswered); --refusals
+                             of the keys answered 503 on their first arrival. The server applies each Idempotency-Key once.
+                             Prints entries/s, lost ÷ no faults per round (goal ≥ 0.5), the re-sends the server saw; checks
+                             every entry applied exactly once and nothing left pending; exits 1 if not
+          post-keepalive     instead: issue 46's POST row. nginx (1 worker) with two servers answering POST /post, one
+                             with keepalive_requests 5 (Connection: close on the 5th answer), one with 1000; the library POSTs
+                             a --body-bytes JSON through OperationQueue.addRequest, --requests per round, rounds alternating,
+                             at each --concurrency; prints req/s, the ratio (goal ≥ 0.9) and the failures. Then the same
+                             against the embedded server closing after 5 requests unannounced (unless --no-embedded). Exits 1
+                             if a POST to nginx failed
           --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """
@@ -203,6 +220,8 @@ case "--fault-lab-cell": runFaultLabCell(Array(CommandLine.arguments.dropFirst(2
 case "outbox-child": runOutboxChild(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-kill": runOutboxKillCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-drain": runOutboxDrainCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "post-keepalive": runPostKeepaliveCommand(Array(CommandLine.arguments.dropFirst(2)))
 default: break
 }
 

@@ -37,6 +37,44 @@ public enum ConnectionFault: String, Sendable, CaseIterable, CustomStringConvert
     public var isAtEnd: Bool { self == .shutdownInputAtEnd || self == .shutdownOutputAtEnd }
 }
 
+/// A fault chosen request by request, for ``ConnectionPolicy/requestFault``: a closure that sees each request once the
+/// server has read it whole (on the connection's thread, before the route runs) and returns its fault, or `nil` to
+/// serve it normally.
+///
+/// Only the faults that act after the request was read apply: ``ConnectionFault/disconnectAfterRequest``,
+/// ``ConnectionFault/noResponse``, ``ConnectionFault/reset``, ``ConnectionFault/disconnectDuringResponseBody``,
+/// ``ConnectionFault/shutdownInputAtEnd`` and ``ConnectionFault/shutdownOutputAtEnd``; the others are ignored (the
+/// request is served). The route does not run for a request that gets a fault before its answer, so a closure that
+/// wants such a request applied (the lost answer of a request that did take effect) applies it itself.
+///
+/// ```swift
+/// // Every request tagged "lose" is read, then its connection closed unanswered.
+/// var policy = ConnectionPolicy()
+/// policy.requestFault = RequestFaultRule { $0.headers["x-request-tag"] == "lose" ? .disconnectAfterRequest : nil }
+/// server.connectionPolicy = policy
+/// ```
+public struct RequestFaultRule: Sendable, Equatable {
+    private let identity = UUID()
+    private let decide: @Sendable (LoopbackRequest) -> ConnectionFault?
+
+    /// A rule; `decide` may be called from several connections' threads at once.
+    public init(_ decide: @escaping @Sendable (LoopbackRequest) -> ConnectionFault?) {
+        self.decide = decide
+    }
+
+    /// The fault for `request`, if it is one that applies after reading.
+    func fault(for request: LoopbackRequest) -> ConnectionFault? {
+        guard let fault = decide(request) else { return nil }
+        switch fault {
+        case .disconnectAtStart, .stallAtStart, .disconnectDuringRequestBody: return nil
+        default: return fault
+        }
+    }
+
+    /// Two rules are equal when they are the same rule (copies of one ``init(_:)``).
+    public static func == (lhs: RequestFaultRule, rhs: RequestFaultRule) -> Bool { lhs.identity == rhs.identity }
+}
+
 /// How a ``LoopbackServer`` treats its connections: a ``ConnectionFault`` on the N-th request of a connection, and
 /// when it closes a kept-alive connection on its own (never announcing it with `Connection: close`).
 ///
@@ -60,6 +98,9 @@ public struct ConnectionPolicy: Sendable, Equatable {
     /// Keep a connection open after a request that asked for `Connection: close` (and answer `keep-alive`), as a
     /// careless server does.
     public var ignoresConnectionClose: Bool
+    /// A fault chosen for each request once it has been read, for requests that ``fault`` does not hit (see
+    /// ``RequestFaultRule``); not counted in ``LoopbackServer/connectionFaultsApplied``. Default: `nil`, none.
+    public var requestFault: RequestFaultRule?
 
     /// A policy; by default no fault and no closing, which only records ``LoopbackServer/arrivals``.
     public init(

@@ -48,6 +48,7 @@ extension ServerCore {
                 if send(response, on: fd, keepAlive: false, isHead: false) { lingeringClose(fd) }
                 return
             case .request(let request, let keepAlive, let isHead):
+                let fault = fault ?? requestFault(for: request, policy: policy, arrival: arrival)
                 switch fault {
                 case .disconnectAfterRequest?, .disconnectDuringRequestBody?:
                     return shutdownOutput(fd)
@@ -98,6 +99,13 @@ extension ServerCore {
             connectionFaultsApplied += 1
             return fault
         }
+    }
+
+    /// The policy's ``ConnectionPolicy/requestFault`` for a request that was read whole, recorded in its arrival.
+    private func requestFault(for request: LoopbackRequest, policy: ConnectionPolicy?, arrival: Int?) -> ConnectionFault? {
+        guard let fault = policy?.requestFault?.fault(for: request) else { return nil }
+        if let arrival { update(arrival) { $0.fault = fault } }
+        return fault
     }
 
     /// Reads one request, recording its arrival when `recording`: its head as soon as it is parsed, then how much of

@@ -15,7 +15,8 @@ import Foundation
 /// if a response arrived, then ``requestDidFail(_:error:duration:)`` if the attempt failed, then
 /// ``requestWillAttemptAgain(_:reason:delay:)`` if another attempt follows; and last, once, ``requestDidFinish(_:)``.
 /// A 307 or 308 whose body Requests sends again (see Limits and security) adds ``requestWillRedirect(_:response:to:)``,
-/// then a second ``requestWillSend(_:)`` and ``requestDidCreateTask(_:task:)``, within the same attempt.
+/// then a second ``requestWillSend(_:)`` and ``requestDidCreateTask(_:task:)``, within the same attempt; so does a
+/// request sent again because its connection broke before any answer (see Policies).
 public protocol RequestEventMonitor: Sendable {
     /// An attempt is about to be sent: adapters, the authenticator and preconditions have run.
     func requestWillSend(_ attempt: RequestAttempt)

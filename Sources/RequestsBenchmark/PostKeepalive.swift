@@ -5,7 +5,7 @@ import Foundation
 import Requests
 import RequestsTestServer
 
-// `requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200] [--no-embedded]`:
+// `requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200] [--no-embedded] [--idempotency-key]`:
 // issue 46's row "POST throughput against a server that closes each kept-alive connection after 5 requests ≥ 0.9× the
 // same server keeping connections open". One nginx (1 worker) with two server blocks on two ports, both answering
 // `POST /post` with `{"ok":true}`: one with `keepalive_requests 5` (it says `Connection: close` on the 5th answer and
@@ -22,6 +22,9 @@ struct PostKeepaliveSettings {
     var concurrencies = [16, 1]
     var bodyBytes = 200
     var embedded = true
+    /// Each POST carries an `Idempotency-Key`: it may be sent twice, so it shares kept-alive connections (without
+    /// one, on Linux each POST has a connection of its own).
+    var idempotencyKey = false
 
     init(_ arguments: [String]) {
         var flags = FlagReader(arguments, mode: "post-keepalive")
@@ -31,6 +34,7 @@ struct PostKeepaliveSettings {
             case "--rounds": rounds = max(1, flags.number(flag))
             case "--body-bytes": bodyBytes = max(20, flags.number(flag))
             case "--no-embedded": embedded = false
+            case "--idempotency-key": idempotencyKey = true
             case "--concurrency":
                 let text = flags.value(flag)
                 let values = text.split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
@@ -55,6 +59,8 @@ struct KeepalivePost: DecodableRequest {
     let url: URL
     let identifier: String
     let body: Data
+    /// Sent as the `Idempotency-Key` when set.
+    var key: String?
 
     /// `{"seq":17,"text":"xxx…"}` padded to `bytes`.
     static func body(bytes: Int) -> Data {
@@ -67,6 +73,7 @@ struct KeepalivePost: DecodableRequest {
         request.httpMethod = "POST"
         request.httpBody = body
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        if let key { request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key") }
         completion(.success(request))
     }
 }
@@ -98,13 +105,14 @@ struct PostRound {
 }
 
 /// `count` POSTs through `queue`, all added at once.
-private func postRound(queue: OperationQueue, session: URLSession, url: URL, count: Int, body: Data) -> PostRound {
+private func postRound(queue: OperationQueue, session: URLSession, url: URL, count: Int, body: Data, keyed: Bool) -> PostRound {
     let countdown = Countdown(count)
     let tally = FailureTally()
     let before = ResourceUsage.usage()
     let start = ResourceUsage.now()
     for index in 0..<count {
-        queue.addRequest(KeepalivePost(url: url, identifier: String(index), body: body), session: session) { result in
+        let post = KeepalivePost(url: url, identifier: String(index), body: body, key: keyed ? "post-\(index)-\(start)" : nil)
+        queue.addRequest(post, session: session) { result in
             switch result {
             case .success(let answer): countdown.done(ok: answer.ok)
             case .failure(let error):
@@ -145,14 +153,14 @@ private func measurePosts(_ targets: [PostTarget], concurrency: Int, settings: P
     defer { sides.forEach { $0.0.finishTasksAndInvalidate() } }
     for (index, target) in targets.enumerated() {
         target.prepare()
-        _ = postRound(queue: sides[index].1, session: sides[index].0, url: target.url, count: max(50, settings.requests / 10), body: body)
+        _ = postRound(queue: sides[index].1, session: sides[index].0, url: target.url, count: max(50, settings.requests / 10), body: body, keyed: settings.idempotencyKey)
     }
     var results = targets.map { _ in [PostRound]() }
     for round in 0..<settings.rounds {
         for offset in targets.indices {
             let index = (round + offset) % targets.count
             targets[index].prepare()
-            let result = postRound(queue: sides[index].1, session: sides[index].0, url: targets[index].url, count: settings.requests, body: body)
+            let result = postRound(queue: sides[index].1, session: sides[index].0, url: targets[index].url, count: settings.requests, body: body, keyed: settings.idempotencyKey)
             results[index].append(result)
             log(
                 "  concurrency \(concurrency), round \(round + 1)/\(settings.rounds), \(targets[index].name): \(grouped(result.requestsPerSecond)) req/s, "
@@ -236,7 +244,7 @@ func runPostKeepaliveCommand(_ arguments: [String]) -> Never {
     print("")
     print(
         "post-keepalive: \(grouped(Double(settings.requests))) POSTs of a \(settings.bodyBytes)-byte JSON per round, \(settings.rounds) alternating rounds; "
-            + "library (OperationQueue.addRequest), one session and queue per server")
+            + "library (OperationQueue.addRequest), one session and queue per server" + (settings.idempotencyKey ? "; each POST with an Idempotency-Key" : "; plain POSTs (no Idempotency-Key)"))
     var met = true, nginxFailures = 0
     for concurrency in settings.concurrencies {
         guard let results = nginxResults[concurrency] else { continue }

@@ -62,7 +62,7 @@ struct Options {
                requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]
                               [--rounds 2] [--attempt-timeout 15] [--base-delay 0.05]
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
-                              [--no-embedded]
+                              [--no-embedded] [--idempotency-key]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE

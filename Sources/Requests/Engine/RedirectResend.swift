@@ -23,7 +23,9 @@ struct RedirectResend: Error {
     /// Whether `response`, redirecting `task` to `next` (as allowed), is one the transport must not follow: a 307 or
     /// 308 of a request with a body, to the same method (a caller's delegate that made it a GET wants no body).
     static func isNeeded(for response: HTTPURLResponse, of task: URLSessionTask, to next: URLRequest) -> Bool {
-        guard response.statusCode == 307 || response.statusCode == 308 else { return false }
+        // A 301 or 302 that keeps the method (a PUT, a DELETE; corelibs turns a POST into a GET) is followed with
+        // its body too (RFC 9110 §15.4.2–3): corelibs would follow it without one.
+        guard [301, 302, 307, 308].contains(response.statusCode) else { return false }
         let sent = task.originalRequest
         guard (next.httpMethod ?? "GET") == (sent?.httpMethod ?? "GET") else { return false }
         return sent?.httpBody != nil || sent?.httpBodyStream != nil || task is URLSessionUploadTask

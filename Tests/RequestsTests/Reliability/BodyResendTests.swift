@@ -115,6 +115,47 @@ final class BodyResendTests: XCTestCase {
         #endif
     }
 
+    /// A 401 answered with a credential makes URLSession send the request again itself, with the same body object: the
+    /// body starts again from its first byte (on Linux a stream that went on from where it stopped would leave the
+    /// server waiting for the body until the timeout).
+    func testABodySentAgainAfterAChallengeIsWhole() async throws {
+        let path = "/resend-basic/\(UUID().uuidString)"
+        let expected = "Basic " + Data("ada:secret".utf8).base64EncodedString()
+        let seen = SeenBodies()
+        server.route(path) { request in
+            guard request.headers["authorization"] == expected else {
+                return LoopbackResponse(status: 401, headers: ["WWW-Authenticate": #"Basic realm="resend""#])
+            }
+            _ = seen.append(request.body)
+            return .json(#"{"ok":true}"#)
+        }
+        var components = try XCTUnwrap(URLComponents(url: server.url(path), resolvingAgainstBaseURL: false))
+        components.user = "ada"
+        components.password = "secret"
+        let url = try XCTUnwrap(components.url)
+        let api = Endpoint(url.deletingLastPathComponent().absoluteString)
+        let (result, _) = await send(api.put(url.lastPathComponent, body: .data(body, contentType: "application/octet-stream")), on: makeSession())
+        XCTAssertNoThrow(try result.get())
+        XCTAssertEqual(seen.all, [body])
+    }
+
+    /// A 301 that keeps the method of a PUT with a body: Requests sends the body again to the new place (corelibs
+    /// would follow without it, announcing the old `Content-Length` on Linux, and the server would wait for it).
+    func testAMovedPutIsSentAgainWithItsBody() async throws {
+        let target = "/resend-moved/\(UUID().uuidString)"
+        let seen = SeenBodies()
+        server.route(target) { request in
+            _ = seen.append(request.body)
+            return .json(#"{"ok":true}"#)
+        }
+        let moved = "/resend-moved-from/\(UUID().uuidString)"
+        server.route(moved) { _ in LoopbackResponse(status: 301, headers: ["Location": target]) }
+        let api = Endpoint(server.baseURL.absoluteString)
+        let (result, _) = await send(api.put(moved, body: .data(body, contentType: "application/octet-stream")), on: makeSession())
+        XCTAssertNoThrow(try result.get())
+        XCTAssertEqual(seen.all, [body])
+    }
+
     /// A GET whose answer is lost on a reused connection is sent again (by libcurl on Linux): success.
     func testAGetIsSentAgain() async throws {
         let (path, bodies) = lostSecondAnswer()

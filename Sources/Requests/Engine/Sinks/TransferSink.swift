@@ -58,6 +58,8 @@ class TransferSink: @unchecked Sendable {
     /// The body the task sends, and whether it may be sent twice (see `SentBody`).
     private var sentBody: SentBody?
     private var bodyMayBeSentTwice = false
+    /// Whether the operation can send the body again on a new task (see `LostConnectionResend`).
+    private var bodyCanBeSentAgain = true
     /// Whether the transport asked for the body again to send the request again, and was refused (see `SentBody`).
     private var refusedResend = false
     /// The body kept in memory (a data request's, or a stream's error body; a file sink keeps none). Guarded by `lock`.
@@ -75,8 +77,11 @@ class TransferSink: @unchecked Sendable {
     }
 
     /// The task whose callbacks this receives, with the body it sends, set before it is resumed.
-    final func attach(_ task: URLSessionTask, body: SentBody?, mayBeSentTwice: Bool) {
-        lock.withLock { (self.task, startTime, sentBody, bodyMayBeSentTwice) = (task, .now(), body, mayBeSentTwice) }
+    final func attach(_ task: URLSessionTask, body: SentBody?, mayBeSentTwice: Bool, canBeSentAgain: Bool) {
+        lock.withLock {
+            (self.task, startTime, sentBody) = (task, .now(), body)
+            (bodyMayBeSentTwice, bodyCanBeSentAgain) = (mayBeSentTwice, canBeSentAgain)
+        }
     }
 
     /// The whole body again, for the transport to send the request again (see `SentBody`): a new stream when the
@@ -105,7 +110,9 @@ class TransferSink: @unchecked Sendable {
     /// answer and the request may be sent twice, once per attempt and before any redirect; returns whether it did.
     final func resendsAfterLostConnection(_ error: Error?) -> Bool {
         guard let error, LostConnectionResend.covers(error), !rules.resentAfterLostConnection, rules.redirectsSoFar == 0 else { return false }
-        let resends = lock.withLock { bodyMayBeSentTwice && arrivedResponse == nil && redirects == 0 && resend == nil && failureAtCompletion == nil }
+        let resends = lock.withLock {
+            bodyMayBeSentTwice && bodyCanBeSentAgain && arrivedResponse == nil && redirects == 0 && resend == nil && failureAtCompletion == nil
+        }
         guard resends else { return false }
         dropBody()
         finish(body: .data(Data()), response: nil, error: LostConnectionResend(error: error))

@@ -50,9 +50,12 @@ enum SentBody: @unchecked Sendable {
     /// leaves) fails. So it goes through a second session of the caller's configuration, with `Connection: close`: the
     /// server closes the connection after its answer, and no later request rides it. The cost is a new connection
     /// (and TLS handshake) for each such request on Linux; a request with an `Idempotency-Key` keeps its connections.
-    static func needsAConnectionOfItsOwn(mayBeSentTwice: Bool) -> Bool {
+    ///
+    /// A request sent again by the operation after its connection broke before any answer (see
+    /// `LostConnectionResend`) also goes there: another idle connection of the pool may be as dead as the first.
+    static func needsAConnectionOfItsOwn(mayBeSentTwice: Bool, isResentAfterLostConnection: Bool) -> Bool {
         #if canImport(FoundationNetworking)
-        return !mayBeSentTwice
+        return !mayBeSentTwice || isResentAfterLostConnection
         #else
         return false
         #endif
@@ -91,14 +94,15 @@ enum SentBody: @unchecked Sendable {
         #endif
     }
 
-    /// `request`, a redirect URLSession proposes, without the body's headers when it sends no body (a POST that a
-    /// 302 or 303 turns into a GET): Linux copies the headers of the request it redirects, and a GET that announces
-    /// the `Content-Length` set by ``task(for:on:asUpload:)`` would leave the server waiting for a body.
+    /// `request`, a redirect URLSession proposes, without what ``task(for:on:asUpload:)`` added for the body: corelibs
+    /// copies the redirected request, its used-up body stream and headers included, and follows it without a body, so
+    /// a redirect that kept them would announce a `Content-Length` the server then waits for. (A redirect that keeps
+    /// the method of a request with a body is not followed by the transport: see `RedirectResend`.)
     static func redirect(_ request: URLRequest) -> URLRequest {
-        guard request.httpBody == nil, request.httpBodyStream == nil else { return request }
         var request = request
-        request.setValue(nil, forHTTPHeaderField: "Content-Length")
-        request.setValue(nil, forHTTPHeaderField: "Transfer-Encoding")
+        request.httpBodyStream = nil
+        if request.httpBody == nil { request.setValue(nil, forHTTPHeaderField: "Content-Length") }
+        if request.value(forHTTPHeaderField: "Transfer-Encoding") == " " { request.setValue(nil, forHTTPHeaderField: "Transfer-Encoding") }
         return request
     }
 
@@ -114,11 +118,26 @@ enum SentBody: @unchecked Sendable {
     /// A new stream over the whole body, or `nil` when it cannot be read again (a stream of the caller's own, or a
     /// multipart form's on Linux, whose file is gone once read).
     func freshStream() -> InputStream? {
+        #if canImport(FoundationNetworking)
         switch self {
-        case let .data(data): InputStream(data: data)
-        case let .file(file, _): InputStream(url: file)
-        case let .stream(stream, _): stream.streamStatus == .notOpen ? stream : MultipartFormData.reopenedStream(stream)
+        case let .data(data): return RestartableBodyStream(.data(data), length: data.count)
+        case let .file(file, length): return RestartableBodyStream(.file(file), length: Int(length))
+        case let .stream(stream, _): return stream.streamStatus == .notOpen ? stream : MultipartFormData.reopenedStream(stream)
         }
+        #else
+        switch self {
+        case let .data(data): return InputStream(data: data)
+        case let .file(file, _): return InputStream(url: file)
+        case let .stream(stream, _): return stream.streamStatus == .notOpen ? stream : MultipartFormData.reopenedStream(stream)
+        }
+        #endif
+    }
+
+    /// Whether the operation can send this body again on a new task: bytes in memory or a file, or an upload's body,
+    /// which the operation makes again (a multipart form is encoded again); not a stream of the caller's own.
+    func canBeSentAgain(asUpload: Bool) -> Bool {
+        if case .stream = self { return asUpload }
+        return true
     }
 
     /// Whether the transport asks for a body again only to send its request again after a kept-alive connection died

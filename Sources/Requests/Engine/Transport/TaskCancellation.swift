@@ -148,8 +148,9 @@ final class ImmediateLookupCache: URLCache, @unchecked Sendable {
 
     init(_ cache: URLCache) {
         self.cache = cache
-        // Nothing is kept here. A path that exists, so that no cache folder is created.
-        super.init(memoryCapacity: 0, diskCapacity: 0, diskPath: NSTemporaryDirectory())
+        // Nothing is kept here. A path that cannot be a folder, so that this cache has none: corelibs' URLCache takes
+        // the folder it is given for its own and evicts files from it.
+        super.init(memoryCapacity: 0, diskCapacity: 0, diskPath: "/dev/null")
     }
 
     override func getCachedResponse(for dataTask: URLSessionDataTask, completionHandler: @escaping @Sendable (CachedURLResponse?) -> Void) {

@@ -34,11 +34,12 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let body = body ?? SentBody.of(request)
         let mayBeSentTwice = SentBody.mayBeSentTwice(request)
         var request = request
-        let ownConnection = SentBody.needsAConnectionOfItsOwn(mayBeSentTwice: mayBeSentTwice)
+        let ownConnection = SentBody.needsAConnectionOfItsOwn(
+            mayBeSentTwice: mayBeSentTwice, isResentAfterLostConnection: handler.rules.resentAfterLostConnection)
         if ownConnection { request.setValue("close", forHTTPHeaderField: "Connection") }
         let (session, delegate) = session(for: base, ownConnections: ownConnection)
         let task = body?.task(for: request, on: session, asUpload: asUpload) ?? session.dataTask(with: request)
-        handler.attach(task, body: body, mayBeSentTwice: mayBeSentTwice)
+        handler.attach(task, body: body, mayBeSentTwice: mayBeSentTwice, canBeSentAgain: body?.canBeSentAgain(asUpload: asUpload) ?? true)
         delegate.register(handler, for: task)
         return task
     }

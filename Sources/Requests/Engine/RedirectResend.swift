@@ -3,9 +3,11 @@ import FoundationNetworking
 #endif
 import Foundation
 
-/// A 307 or 308 redirect of a request with a body, which Requests sends again itself, on every platform.
+/// A 307 or 308 redirect of a request with a body (or a 301 or 302 that keeps its method), which Requests sends again
+/// itself, on every platform.
 ///
-/// RFC 9110 §15.4.8–9: the method and the body must not change. Apple's URLSession sends the body again, but on
+/// RFC 9110 §15.4.8–9: the method and the body must not change (§15.4.2–3: a 301 or 302 may turn a POST into a GET,
+/// which corelibs and Apple do; any other method keeps its body). Apple's URLSession sends the body again, but on
 /// Linux Foundation follows with the method and an empty body (`Content-Length: 0`), so a POST to a moved endpoint
 /// silently posts nothing. So the transport never follows such a redirect: once the ``RedirectPolicy`` (and the
 /// caller's session delegate) allowed it, the task completes with the 3xx, and the same attempt sends the allowed

@@ -22,6 +22,19 @@ struct LostConnectionResend: Error {
         let code = (error as? URLError)?.code
         return code == .networkConnectionLost || code == .badServerResponse
     }
+
+    /// libcurl's words for a connection that broke under a transfer, which corelibs reports as `URLError.unknown` (−1)
+    /// unless `connect` itself failed with `ECONNRESET`: a failed send ("Send failure: Broken pipe", "Failed sending
+    /// data to the peer"), a failed receive ("Recv failure: Connection reset by peer"). Apple platforms report
+    /// `networkConnectionLost`; so does Requests, everywhere, so that a ``RetryPolicy`` decides the same way.
+    static func brokenConnection(_ error: Error) -> Error? {
+        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
+        let text = urlError.localizedDescription
+        guard ["Send failure", "Failed sending data", "Recv failure", "Connection died"].contains(where: { text.hasPrefix($0) }) else { return nil }
+        var info = urlError.userInfo
+        info[NSUnderlyingErrorKey] = urlError
+        return URLError(.networkConnectionLost, userInfo: info)
+    }
 }
 
 extension NetworkRequestOperation {

@@ -103,7 +103,7 @@ class TransferSink: @unchecked Sendable {
     final func reported(_ error: Error?) -> Error? {
         guard let error else { return nil }
         if lock.withLock({ refusedResend }) { return SentBody.refusedResend(error) }
-        return Self.brokenConnection(error) ?? error
+        return LostConnectionResend.brokenConnection(error) ?? error
     }
 
     /// Ends the attempt with a ``LostConnectionResend`` instead of `error` when the task's connection broke before any
@@ -117,19 +117,6 @@ class TransferSink: @unchecked Sendable {
         dropBody()
         finish(body: .data(Data()), response: nil, error: LostConnectionResend(error: error))
         return true
-    }
-
-    /// libcurl's words for a connection that broke under a transfer, which corelibs reports as `URLError.unknown` (−1)
-    /// unless `connect` itself failed with `ECONNRESET`: a failed send ("Send failure: Broken pipe", "Failed sending
-    /// data to the peer"), a failed receive ("Recv failure: Connection reset by peer"). Apple platforms report
-    /// `networkConnectionLost`; so does Requests, everywhere, so that a ``RetryPolicy`` decides the same way.
-    static func brokenConnection(_ error: Error) -> Error? {
-        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
-        let text = urlError.localizedDescription
-        guard ["Send failure", "Failed sending data", "Recv failure", "Connection died"].contains(where: { text.hasPrefix($0) }) else { return nil }
-        var info = urlError.userInfo
-        info[NSUnderlyingErrorKey] = urlError
-        return URLError(.networkConnectionLost, userInfo: info)
     }
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,

@@ -244,7 +244,8 @@ func runPostKeepaliveCommand(_ arguments: [String]) -> Never {
     print("")
     print(
         "post-keepalive: \(grouped(Double(settings.requests))) POSTs of a \(settings.bodyBytes)-byte JSON per round, \(settings.rounds) alternating rounds; "
-            + "library (OperationQueue.addRequest), one session and queue per server" + (settings.idempotencyKey ? "; each POST with an Idempotency-Key" : "; plain POSTs (no Idempotency-Key)"))
+            + "library (OperationQueue.addRequest), one session and queue per server"
+            + (settings.idempotencyKey ? "; each POST with an Idempotency-Key" : "; plain POSTs (no Idempotency-Key)"))
     var met = true, nginxFailures = 0
     for concurrency in settings.concurrencies {
         guard let results = nginxResults[concurrency] else { continue }

@@ -81,8 +81,9 @@ final class CancelStormTests: XCTestCase {
         // The situation that crashed: a second cancel of a task while the first was in flight (the operation's and its
         // sink's, or the operation's twice as it started). Each was left to the first.
         XCTAssertGreaterThan(TaskCancellation.coveredCancels, coveredBefore, "the storm made overlapping cancels")
-        // A state may have been resumed (and its file taken over) by a later download; the others describe their bytes.
-        for state in states.values where FileManager.default.fileExists(atPath: state.partialFile.path) {
+        // A state handed to a later download had its file taken over (the file grows with that download's bytes, and a
+        // state of its own describes it); every other kept state describes its bytes.
+        for state in states.values where !unused.wasGiven(state) && FileManager.default.fileExists(atPath: state.partialFile.path) {
             XCTAssertEqual(FileSink.size(of: state.partialFile), state.bytesReceived, "a kept state describes the bytes on disk")
             state.discard()
         }
@@ -214,9 +215,20 @@ private final class HeldCancel: CancellableTask, @unchecked Sendable {
 private final class StatePool: @unchecked Sendable {
     private let lock = NSLock()
     private var states: [ResumeState] = []
+    private var given: Set<ResumeState> = []
 
     func add(_ state: ResumeState) { lock.withLock { states.append(state) } }
-    func take() -> ResumeState? { lock.withLock { states.popLast() } }
+    func take() -> ResumeState? {
+        lock.withLock {
+            let state = states.popLast()
+            if let state { given.insert(state) }
+            return state
+        }
+    }
+
+    /// Whether `state` was handed to a later download, which takes its file over: the file then holds that download's
+    /// bytes (and a state of its own, if it was cancelled keeping them), not this state's.
+    func wasGiven(_ state: ResumeState) -> Bool { lock.withLock { given.contains(state) } }
 }
 
 /// Counts the completions per request.

@@ -16,10 +16,11 @@ import Foundation
 /// new stream over the same bytes: the whole body, sent again.
 ///
 /// **Only when sending it twice is safe** (``mayBeSentTwice(_:)``): the server may have applied the first. A
-/// request that is not gets a stream that fails at its first read: libcurl stops at once, before any of the body
-/// leaves (the server sees the headers of a request whose body never comes), and the attempt ends with
-/// `URLError(.networkConnectionLost)` (see ``refusedResend(_:)``), which a ``RetryPolicy`` retries only for the methods
-/// it is told to. On Apple platforms bodies are handed over as before (`Data`, a file, a stream), and the system
+/// request that is not never rides a reused connection (``needsAConnectionOfItsOwn(mayBeSentTwice:isResentAfterLostConnection:)``);
+/// should libcurl still ask for its body (a server that ignored `Connection: close`), it gets a stream that fails at
+/// its first read: libcurl stops at once, before any of the body leaves (the server sees the headers of a request
+/// whose body never comes), and the attempt ends with `URLError(.networkConnectionLost)` (see ``refusedResend(_:)``),
+/// which a ``RetryPolicy`` retries only for the methods it is told to. On Apple platforms bodies are handed over as before (`Data`, a file, a stream), and the system
 /// sends them again itself where it may.
 enum SentBody: @unchecked Sendable {
     /// Bytes in memory.

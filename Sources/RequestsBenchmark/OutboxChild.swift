@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)

@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 import RequestsTestServer
 
 // `requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]

@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 import RequestsTestServer
 #if canImport(Glibc)
 import Glibc

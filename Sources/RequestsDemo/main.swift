@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 import RequestsTestServer
 
 // requests-demo: the library at work against a loopback server it starts itself,

@@ -4,6 +4,7 @@
 
 import Foundation
 import Requests
+import RequestsOutbox
 
 // article-example-begin
 struct FieldReport: Codable, Sendable {

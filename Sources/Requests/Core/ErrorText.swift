@@ -5,7 +5,7 @@ import Foundation
 
 /// How Requests' error messages write URLs, sizes, durations and statuses: the one place that decides what an error
 /// message may show (see `ErrorDescriptions.swift`).
-enum ErrorText {
+package enum ErrorText {
     /// The most characters of outside text (a URL, a `Content-Type`) a message quotes; the rest becomes `…`.
     static let maximumQuotedLength = 200
 
@@ -30,7 +30,7 @@ enum ErrorText {
     }
 
     /// `text`, cut to `maximumQuotedLength` characters with a trailing `…` if longer.
-    static func clipped(_ text: String) -> String {
+    package static func clipped(_ text: String) -> String {
         text.count > maximumQuotedLength ? String(text.prefix(maximumQuotedLength)) + "…" : text
     }
 

@@ -76,7 +76,7 @@ extension OperationQueue: RequestQueue {
     }
 
     /// Creates the operation for `request` and registers it for lookup by identifier; the caller queues it.
-    func makeOperation<T: DataRequest>(
+    package func makeOperation<T: DataRequest>(
         for request: T,
         session: URLSession,
         completionQueue: DispatchQueue?,

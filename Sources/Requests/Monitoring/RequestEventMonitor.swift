@@ -51,10 +51,6 @@ public protocol RequestEventMonitor: Sendable {
     /// The request has its outcome (a result, a failure before anything was sent, or the cancellation). Called
     /// once per request, last, before its completion handler runs; after a cancellation, on a global queue.
     func requestDidFinish(_ summary: RequestSummary)
-    /// An ``Outbox`` whose attempts run on this queue opened its folder: the entries it resumed, and the damaged
-    /// records it skipped or the incomplete last record it cut off (see ``OutboxOpeningReport``). Called once, from
-    /// the outbox's initializer, before it sends anything.
-    func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport)
 }
 
 extension RequestEventMonitor {
@@ -80,8 +76,6 @@ extension RequestEventMonitor {
     public func requestDidUseCache(_ attempt: RequestAttempt, event: CacheEvent) {}
     /// Does nothing.
     public func requestDidNotice(_ attempt: RequestAttempt, notice: RequestNotice) {}
-    /// Does nothing.
-    public func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport) {}
 }
 
 /// Something Requests would not use as it was handed, and what it did instead. See the threat model in

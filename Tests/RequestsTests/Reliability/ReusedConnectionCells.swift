@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 import RequestsTestServer
 
 /// What one cell of the lab did: its outcome, how long it took, and what broke the rules.

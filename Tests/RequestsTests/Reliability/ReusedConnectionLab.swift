@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsOutbox
 import RequestsTestServer
 
 /// The rows of the reused-connection fault lab: every ``ConnectionFault``, and a server that closes kept-alive

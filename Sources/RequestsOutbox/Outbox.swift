@@ -1,0 +1,313 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+/// Requests that survive the process: each is on disk before ``enqueue(_:lane:expiresAt:)`` returns, is sent
+/// with the same `Idempotency-Key` on every attempt, in this process and after a restart, and leaves the disk only
+/// when the server has given a definitive answer.
+///
+/// Open an outbox on a folder of its own, with the queue its attempts run on and every request type it may find
+/// there. Opening resumes the entries a previous process left. Each attempt is a request operation of `queue`,
+/// with the queue's policies (adapters, authenticator, monitors), so monitors see every attempt.
+///
+/// - Transport errors, 408, 429 and 5xx are sent again after a backoff (or the `Retry-After`), without limit
+///   unless the entry expires. While there is no connectivity, one entry probes and the others wait.
+/// - Other answers outside the request's valid status codes park the entry in ``deadLetters`` with the response;
+///   ``retry(_:)`` makes it pending again and ``drop(_:)`` removes it.
+/// - Entries with the same lane run one at a time, in enqueue order; other entries run in parallel, up to
+///   ``OutboxOptions/maximumConcurrentEntries``.
+/// - ``changes`` reports what happens, with the pending count after each change.
+///
+/// The folder is locked while the outbox is open (until ``close()``, or until it is released): a second outbox on
+/// it, in this process or another, fails with ``OutboxError/folderInUse(_:)``. Files are readable only by the user.
+/// What opening found (resumed entries, damaged records skipped) is in ``openingReport`` and goes to the queue's
+/// monitors that are ``OutboxMonitor``s. See <doc:DurableOutbox>.
+public final class Outbox: @unchecked Sendable {
+    /// The folder the journal is in.
+    public let directory: URL
+    /// What opening found: entries resumed, and records skipped.
+    public let openingReport: OutboxOpeningReport
+    let queue: OperationQueue
+    let session: URLSession
+    let options: OutboxOptions
+    let journal: Journal
+    let types: [String: any OutboxRequest.Type]
+    /// The registered types' names, computed once: the default name costs a runtime type lookup.
+    let typeNames: [ObjectIdentifier: String]
+    /// Where attempts complete and timers fire.
+    let callbacks = DispatchQueue(label: "Requests.Outbox")
+
+    let lock = NSLock()
+    var lanes = OutboxLanes()
+    var running = 0
+    var isClosed = false
+    var suspended: Bool
+    /// No connectivity: only `probe` is sent, after its backoff, until an attempt gets an answer.
+    var isOffline = false
+    var probe: UInt64?
+    var generation = 0
+    /// Numbers each attempt, so that only the current attempt of an entry concludes it.
+    var attemptCount: UInt64 = 0
+    var subscribers: [UUID: AsyncStream<OutboxChange>.Continuation] = [:]
+
+    /// Opens the outbox in `directory` (created if needed, `0700`), resumes the entries stored there, and starts
+    /// sending them as operations of `queue` on `session`.
+    ///
+    /// - Parameters:
+    ///   - directory: a folder for this outbox alone.
+    ///   - queue: the queue each attempt is an operation of, with its policies.
+    ///   - session: the session attempts are sent with.
+    ///   - requestTypes: every type that may be enqueued, and found stored, by its ``OutboxRequest/outboxName``. A
+    ///     stored entry whose type is not here is parked with ``OutboxDeadLetter/Reason/cannotDecode(requestType:)``.
+    ///   - options: concurrency, backoff, expiry.
+    /// - Throws: ``OutboxError``: the folder is in use by another outbox, or cannot be used.
+    public init(
+        directory: URL,
+        queue: OperationQueue,
+        session: URLSession = .shared,
+        requestTypes: [any OutboxRequest.Type],
+        options: OutboxOptions = OutboxOptions()
+    ) throws {
+        self.directory = directory
+        self.queue = queue
+        self.session = session
+        self.options = options
+        suspended = options.startsSuspended
+        var types: [String: any OutboxRequest.Type] = [:]
+        var typeNames: [ObjectIdentifier: String] = [:]
+        for type in requestTypes {
+            types[type.outboxName] = type
+            typeNames[ObjectIdentifier(type)] = type.outboxName
+        }
+        self.types = types
+        self.typeNames = typeNames
+        let events = OutboxJournalEvents()
+        do {
+            journal = try Journal(directory: directory, events: { events.record($0) })
+        } catch {
+            throw Self.outboxError(error, directory: directory)
+        }
+        var unreadable = 0
+        let recovered = journal.recovered
+        journal.releaseRecovered()
+        for record in recovered {
+            guard let entry = OutboxRecord.decode(record.payload, id: record.id) else {
+                unreadable += 1
+                continue
+            }
+            if entry.deadLetter != nil {
+                lanes.addParked(entry)
+            } else {
+                lanes.addPending(entry)
+            }
+        }
+        openingReport = OutboxOpeningReport(
+            pending: lanes.pendingCount, deadLetters: lanes.deadLetterCount, skippedRecords: events.skipped + unreadable,
+            discardedIncompleteRecord: events.discardedTail)
+        for case let monitor as OutboxMonitor in queue.requestPolicies.monitors { monitor.outboxDidOpen(directory, report: openingReport) }
+        let starts = lock.withLock { schedule() }
+        starts.forEach(start)
+    }
+
+    deinit {
+        close()
+    }
+
+    /// Stores `request` durably and schedules it; returns once it is on disk (after an `fsync`, shared with other
+    /// enqueues at the same time).
+    ///
+    /// - Parameters:
+    ///   - request: the request, stored as its JSON.
+    ///   - lane: entries with the same lane are sent one at a time, in enqueue order; `nil`: no order.
+    ///   - expiresAt: the entry is dropped unsent after this date (default: ``OutboxOptions/expiresAfter`` from
+    ///     now, or never).
+    /// - Returns: the entry, with its ``OutboxEntry/idempotencyKey``.
+    /// - Throws: ``OutboxError``: the type is not among `requestTypes`, the request cannot be encoded, or the write
+    ///   failed. Nothing is stored then.
+    @discardableResult
+    public func enqueue<R: OutboxRequest>(_ request: R, lane: String? = nil, expiresAt: Date? = nil) throws -> OutboxEntry {
+        try enqueue(contentsOf: [request], lane: lane, expiresAt: expiresAt)[0]
+    }
+
+    /// Stores `requests` durably, with one `fsync`, in this order in `lane`; all or none are stored.
+    @discardableResult
+    public func enqueue<R: OutboxRequest>(contentsOf requests: [R], lane: String? = nil, expiresAt: Date? = nil) throws -> [OutboxEntry] {
+        let typeName = typeNames[ObjectIdentifier(R.self)] ?? R.outboxName
+        guard types[typeName] != nil else { throw OutboxError.unregisteredType(typeName) }
+        guard !requests.isEmpty else { return [] }
+        let now = Date()
+        let expiry = expiresAt ?? options.expiresAfter.map { now.addingTimeInterval($0) }
+        var entries: [OutboxEntry] = []
+        for request in requests {
+            let encoded: Data
+            do {
+                encoded = try OutboxRecord.jsonEncoder.encode(request)
+            } catch {
+                throw OutboxError.cannotEncode(requestType: typeName, OutboxVerdict.describe(error))
+            }
+            entries.append(
+                OutboxEntry(
+                    id: 0, idempotencyKey: OutboxRecord.newKey(), lane: lane, requestType: typeName,
+                    enqueuedAt: now, expiresAt: expiry, attempts: 0, deadLetter: nil, encodedRequest: encoded))
+        }
+        // A closed outbox's journal throws `.closed`.
+        let ids: [UInt64]
+        do {
+            ids = try journal.append(entries.map(OutboxRecord.encode))
+        } catch {
+            throw Self.outboxError(error, directory: directory)
+        }
+        let stored = zip(entries, ids).map { entry, id in entry.with(id: id) }
+        let starts: [UInt64] = lock.withLock {
+            guard !isClosed else { return [] }
+            for entry in stored {
+                lanes.addPending(entry)
+                emit(.enqueued, entry)
+            }
+            return schedule()
+        }
+        starts.forEach(start)
+        return stored
+    }
+
+    /// Whether the outbox starts no attempt (attempts in flight go on); entries are still stored by
+    /// ``enqueue(_:lane:expiresAt:)``. Setting it to `false` starts sending.
+    public var isSuspended: Bool {
+        get { lock.withLock { suspended } }
+        set {
+            let starts: [UInt64] = lock.withLock {
+                suspended = newValue
+                return schedule()
+            }
+            starts.forEach(start)
+        }
+    }
+
+    /// Entries waiting to be sent (not the parked ones).
+    public var pendingCount: Int { lock.withLock { lanes.pendingCount } }
+
+    /// The pending entries, oldest first.
+    public var pendingEntries: [OutboxEntry] { lock.withLock { lanes.entries(parked: false) } }
+
+    /// The parked entries, oldest first, each with its ``OutboxEntry/deadLetter``.
+    public var deadLetters: [OutboxEntry] { lock.withLock { lanes.entries(parked: true) } }
+
+    /// The changes from now on: each access returns a new sequence. When a reader falls behind by more than 1,000
+    /// changes, the oldest are dropped; each change carries the counts, so the latest is enough to show them.
+    public var changes: AsyncStream<OutboxChange> {
+        let id = UUID()
+        return AsyncStream(bufferingPolicy: .bufferingNewest(1000)) { continuation in
+            let added: Bool = lock.withLock {
+                guard !isClosed else { return false }
+                subscribers[id] = continuation
+                return true
+            }
+            guard added else { return continuation.finish() }
+            continuation.onTermination = { [weak self] _ in
+                guard let self else { return }
+                _ = self.lock.withLock { self.subscribers.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    /// An operation that finishes when the entry is settled (sent, parked or dropped), for other operations to
+    /// depend on; `nil` when no pending entry has this identifier. The outbox adds it to its queue at that moment.
+    public func operation(for id: UInt64) -> Operation? {
+        lock.withLock {
+            guard let slot = lanes[id], slot.phase != .parked else { return nil }
+            if let operation = slot.settledOperation { return operation }
+            let operation = BlockOperation {}
+            lanes[id]?.settledOperation = operation
+            return operation
+        }
+    }
+
+    /// Makes a parked entry pending again: it is sent with the same `Idempotency-Key`, after the entries of its lane
+    /// that were enqueued before it.
+    public func retry(_ id: UInt64) throws {
+        let starts: [UInt64] = try lock.withLock {
+            guard !isClosed else { throw OutboxError.closed }
+            guard var entry = lanes[id]?.entry, lanes[id]?.phase == .parked else { throw OutboxError.noSuchEntry(id) }
+            entry.deadLetter = nil
+            do {
+                try journal.update(id, payload: OutboxRecord.encode(entry))
+            } catch {
+                throw Self.outboxError(error, directory: directory)
+            }
+            lanes.unpark(id)
+            if let entry = lanes[id]?.entry { emit(.requeued, entry) }
+            return schedule()
+        }
+        starts.forEach(start)
+    }
+
+    /// Removes a pending or parked entry without sending it. An entry whose attempt is in flight has that attempt
+    /// cancelled and leaves when it ends (the server may still have received it).
+    public func drop(_ id: UInt64) throws {
+        let starts: [UInt64] = try lock.withLock {
+            guard !isClosed else { throw OutboxError.closed }
+            guard let slot = lanes[id] else { throw OutboxError.noSuchEntry(id) }
+            if slot.phase == .running {
+                lanes[id]?.dropRequested = true
+                slot.attempt?.operation.cancel()
+                return []
+            }
+            do {
+                try journal.remove([id])
+            } catch {
+                throw Self.outboxError(error, directory: directory)
+            }
+            settle(id, .dropped(.byApp))
+            return schedule()
+        }
+        starts.forEach(start)
+    }
+
+    /// Sends the entries waiting for a retry timer or for connectivity now: call it when the app learns that the
+    /// network is back (for example from `NWPathMonitor`).
+    public func retryNow() {
+        let starts: [UInt64] = lock.withLock {
+            generation += 1
+            isOffline = false
+            probe = nil
+            lanes.wakeAll()
+            return schedule()
+        }
+        starts.forEach(start)
+    }
+
+    /// Stops sending, cancels the attempts in flight (their entries stay stored, and are sent again with the same
+    /// key by the next outbox on the folder), ends ``changes`` and releases the folder. Later calls do nothing. An
+    /// ``enqueue(_:lane:expiresAt:)`` at the same time either throws ``OutboxError/closed`` or stores its entry,
+    /// which the next outbox on the folder sends.
+    ///
+    /// Releasing the last reference to the outbox closes it the same way: attempts in flight, retry timers and
+    /// readers of ``changes`` do not keep it alive, so a new outbox can open the folder as soon as the old one is
+    /// released.
+    public func close() {
+        let (attempts, continuations): ([Operation], [AsyncStream<OutboxChange>.Continuation]) = lock.withLock {
+            guard !isClosed else { return ([], []) }
+            isClosed = true
+            defer { subscribers = [:] }
+            return (lanes.slots.values.compactMap(\.attempt?.operation), Array(subscribers.values))
+        }
+        attempts.forEach { $0.cancel() }
+        continuations.forEach { $0.finish() }
+        journal.close()
+    }
+}
+
+/// What ``Outbox/init(directory:queue:session:requestTypes:options:)`` found in the folder.
+public struct OutboxOpeningReport: Sendable, Equatable {
+    /// Entries resumed, to be sent.
+    public let pending: Int
+    /// Entries found parked.
+    public let deadLetters: Int
+    /// Records skipped because they were damaged (a checksum that does not match) or unreadable by this version.
+    public let skippedRecords: Int
+    /// Whether the last record was incomplete (the process ended while writing it) and was cut off. Its
+    /// `enqueue` had not returned.
+    public let discardedIncompleteRecord: Bool
+}

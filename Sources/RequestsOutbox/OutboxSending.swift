@@ -1,0 +1,240 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+/// How an outbox sends: which entries start, one attempt, what its outcome does to the entry. Every decision about
+/// an entry's next step is in ``conclude(_:_:)``.
+extension Outbox {
+    /// The entries to start now, marked running. Call with the lock held; start them after releasing it.
+    func schedule() -> [UInt64] {
+        // Offline, only the probe starts: its timer made it ready while the outbox was suspended.
+        if isOffline, !isClosed, !suspended, let probe, lanes[probe]?.phase == .ready {
+            lanes[probe]?.phase = .running
+            running += 1
+            return [probe]
+        }
+        var starts: [UInt64] = []
+        while !isClosed, !suspended, !isOffline, running < max(1, options.maximumConcurrentEntries), let id = lanes.nextReady() {
+            running += 1
+            starts.append(id)
+        }
+        return starts
+    }
+
+    /// Sends one attempt of a running entry, or settles it at once when it has expired or cannot be decoded.
+    func start(_ id: UInt64) {
+        guard let entry = lock.withLock({ isClosed ? nil : lanes[id]?.entry }) else { return }
+        if let expiry = entry.expiresAt, expiry <= Date() {
+            return conclude(id, .expired)
+        }
+        guard let type = types[entry.requestType] else {
+            return conclude(id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
+        }
+        send(type, entry)
+    }
+
+    private func send<R: OutboxRequest>(_ type: R.Type, _ entry: OutboxEntry) {
+        guard let request = try? JSONDecoder().decode(R.self, from: entry.encodedRequest) else {
+            return conclude(entry.id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
+        }
+        let (limits, timeout) = attemptLimits(own: request.limits)
+        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey, limits: limits)
+        let number: UInt64 = lock.withLock {
+            attemptCount += 1
+            return attemptCount
+        }
+        // Weak: an attempt in flight must not keep an outbox the app released open (its deinit closes it).
+        let operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks) { [weak self] result in
+            self?.conclude(entry.id, .verdict(OutboxVerdict.judge(result, attemptTimeout: timeout)), attempt: number)
+        }
+        let proceed: Bool = lock.withLock {
+            guard !isClosed, lanes[entry.id]?.phase == .running else { return false }
+            lanes[entry.id]?.attempt = (number, operation)
+            lanes[entry.id]?.entry.attempts += 1
+            return true
+        }
+        guard proceed else { return }
+        queue.addOperation(operation)
+    }
+
+    /// The limits of an attempt: the request's own (or else the queue's), with a deadline of
+    /// ``OutboxOptions/attemptTimeout`` unless theirs is shorter; and that timeout when it is the one that applies,
+    /// so that the failure it causes is described as the outbox's.
+    private func attemptLimits(own: TransferLimits?) -> (TransferLimits?, TimeInterval?) {
+        let timeout = options.attemptTimeout > 0 ? options.attemptTimeout : OutboxOptions().attemptTimeout
+        guard timeout.isFinite else { return (own, nil) }
+        var limits = own ?? queue.requestPolicies.limits
+        // A NaN deadline is none, which the timeout replaces.
+        if let deadline = limits.deadline, deadline <= timeout { return (limits, nil) }
+        limits.deadline = timeout
+        return (limits, timeout)
+    }
+
+    enum Outcome {
+        case verdict(OutboxVerdict)
+        case expired
+    }
+
+    /// What a running entry's attempt (or its expiry) means: it leaves, is parked, or waits to be sent again.
+    /// `attempt`: the number ``send(_:_:)`` gave the attempt; an outcome for any attempt but the entry's current one
+    /// is ignored, so that an entry is concluded once per start whatever its attempts report, and when.
+    func conclude(_ id: UInt64, _ outcome: Outcome, attempt: UInt64? = nil) {
+        let (current, closed, dropRequested, stored): (Bool, Bool, Bool, OutboxEntry?) = lock.withLock {
+            if let attempt, lanes[id]?.attempt?.number != attempt { return (false, isClosed, false, nil) }
+            running -= 1
+            lanes[id]?.attempt = nil
+            return (true, isClosed, lanes[id]?.dropRequested ?? false, lanes[id]?.entry)
+        }
+        guard current, !closed, var entry = stored else { return }
+        if dropRequested {
+            return leave(id, .dropped(.byApp))
+        }
+        switch outcome {
+        case .expired:
+            leave(id, .dropped(.expired))
+        case let .verdict(.sent(response)):
+            leave(id, .sent(response))
+        case let .verdict(.permanent(reason, response)):
+            let letter = OutboxDeadLetter(reason: reason, response: response, parkedAt: Date())
+            entry.deadLetter = letter
+            // A failed write leaves the entry pending on disk: the next outbox on the folder sends it again.
+            try? journal.update(id, payload: OutboxRecord.encode(entry))
+            let starts: [UInt64]? = lock.withLock {
+                if lanes[id]?.dropRequested == true { return nil }
+                if probe == id { endOffline() }
+                let operation = lanes[id]?.settledOperation
+                lanes.park(id, letter)
+                if let parked = lanes[id]?.entry { emit(.parked, parked) }
+                operation.map(queue.addOperation)
+                return schedule()
+            }
+            // drop(_:) arrived while the entry was being parked.
+            guard let starts else { return leave(id, .dropped(.byApp)) }
+            starts.forEach(start)
+        case let .verdict(.transient(retryAfter, offline, description)):
+            let starts: [UInt64]? = lock.withLock {
+                guard !isClosed, lanes[id] != nil else { return [] }
+                if lanes[id]?.dropRequested == true { return nil }
+                let delay = min(max(retryAfter ?? backoff(afterAttempts: entry.attempts), 0), options.maxDelay)
+                if offline, probe == nil || probe == id {
+                    if !isOffline { emit(.waitingForConnectivity, entry) }
+                    isOffline = true
+                    probe = id
+                } else if !offline, isOffline {
+                    endOffline()
+                }
+                let wake = generation
+                lanes[id]?.phase = .backoff(generation: wake)
+                emit(.willRetry(delay: delay, error: description), entry)
+                callbacks.asyncAfter(deadline: .now() + delay) { [weak self] in self?.wake(id, generation: wake) }
+                return schedule()
+            }
+            guard let starts else { return leave(id, .dropped(.byApp)) }
+            starts.forEach(start)
+        }
+    }
+
+    /// Removes a settled entry from the journal and from memory, and tells subscribers.
+    private func leave(_ id: UInt64, _ kind: OutboxChange.Kind) {
+        // A failed removal leaves the entry on disk: the next outbox on the folder sends it again with the same key,
+        // which the server has seen.
+        try? journal.remove([id])
+        let starts: [UInt64] = lock.withLock {
+            settle(id, kind)
+            if case .sent = kind, isOffline { endOffline() }
+            return schedule()
+        }
+        starts.forEach(start)
+    }
+
+    /// Forgets an entry that left, tells subscribers and finishes its settled operation. Call with the lock held.
+    func settle(_ id: UInt64, _ kind: OutboxChange.Kind) {
+        guard let slot = lanes.remove(id) else { return }
+        if probe == id { endOffline() }
+        emit(kind, slot.entry)
+        slot.settledOperation.map(queue.addOperation)
+    }
+
+    /// Connectivity is back, or the probe left: every ready entry may start. Call with the lock held.
+    func endOffline() {
+        isOffline = false
+        probe = nil
+    }
+
+    /// A retry timer fired: the entry is ready again (the probe is sent at once, whatever the limit).
+    private func wake(_ id: UInt64, generation wake: Int) {
+        let starts: [UInt64] = lock.withLock {
+            guard !isClosed, lanes[id]?.phase == .backoff(generation: wake) else { return [] }
+            if isOffline, probe == id, !suspended {
+                lanes[id]?.phase = .running
+                running += 1
+                return [id]
+            }
+            lanes.makeReady(id)
+            return schedule()
+        }
+        starts.forEach(start)
+    }
+
+    /// The wait after `attempts` failed attempts: ``OutboxOptions/baseDelay`` doubled per further attempt, with
+    /// jitter, at most ``OutboxOptions/maxDelay``.
+    func backoff(afterAttempts attempts: Int) -> TimeInterval {
+        let base = options.baseDelay * pow(2, Double(min(max(attempts - 1, 0), 40)))
+        let jitter = min(max(options.jitter, 0), 1)
+        return min(base * Double.random(in: (1 - jitter)...(1 + jitter)), options.maxDelay)
+    }
+
+    /// Tells every subscriber. Call with the lock held, so that changes arrive in the order they happened.
+    func emit(_ kind: OutboxChange.Kind, _ entry: OutboxEntry) {
+        guard !subscribers.isEmpty else { return }
+        let change = OutboxChange(
+            kind: kind, entry: entry, pendingCount: lanes.pendingCount, deadLetterCount: lanes.deadLetterCount)
+        for continuation in subscribers.values { continuation.yield(change) }
+    }
+
+    static func outboxError(_ error: Error, directory: URL) -> OutboxError {
+        guard let error = error as? JournalError else { return .writeFailed(OutboxVerdict.describe(error)) }
+        switch error {
+        case .lockedByAnotherProcess: return .folderInUse(directory)
+        case .notADirectory: return .unusableFolder(directory, "it is not a folder")
+        case .notOwnedByUser: return .unusableFolder(directory, "it belongs to another user")
+        case .isSymbolicLink: return .unusableFolder(directory, "it is a symbolic link")
+        case let .recordTooLarge(size, limit): return .tooLarge(size: size, limit: limit)
+        case let .writeFailed(code, operation): return .writeFailed("\(operation) failed: \(String(cString: strerror(code)))")
+        case .closed: return .closed
+        case let .unsupportedVersion(_, version):
+            return .unusableFolder(directory, "its journal is of version \(version), which this version of Requests does not read")
+        case .unknownRecord: return .writeFailed(error.description)
+        }
+    }
+}
+
+extension OutboxEntry {
+    func with(id: UInt64) -> OutboxEntry {
+        OutboxEntry(
+            id: id, idempotencyKey: idempotencyKey, lane: lane, requestType: requestType, enqueuedAt: enqueuedAt,
+            expiresAt: expiresAt, attempts: attempts, deadLetter: deadLetter, encodedRequest: encodedRequest)
+    }
+}
+
+/// Counts what the journal reported while opening.
+final class OutboxJournalEvents: @unchecked Sendable {
+    private let lock = NSLock()
+    private var skippedCount = 0
+    private var discarded = false
+
+    var skipped: Int { lock.withLock { skippedCount } }
+    var discardedTail: Bool { lock.withLock { discarded } }
+
+    func record(_ event: JournalEvent) {
+        lock.withLock {
+            switch event {
+            case .skippedCorruptRecord: skippedCount += 1
+            case .discardedTornTail: discarded = true
+            case .compacted: break
+            }
+        }
+    }
+}

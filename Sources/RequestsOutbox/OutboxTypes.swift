@@ -1,0 +1,199 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a ``DataRequest`` that is
+/// `Codable`.
+///
+/// The outbox stores the request's encoded form (JSON) with ``outboxName``, and decodes it again with the type
+/// given to ``Outbox/init(directory:queue:session:requestTypes:options:)`` under that name. The request's
+/// `makeURLRequest`, adapters, validations and status codes are used for every attempt, so a token added by the
+/// queue's authenticator is the one current at the time of sending, not the one at the time of enqueueing.
+public protocol OutboxRequest: DataRequest, Codable, Sendable {
+    /// The name stored with each entry, which finds the type again after a restart. Keep it stable across app
+    /// versions. Default: the type's name.
+    static var outboxName: String { get }
+}
+
+extension OutboxRequest {
+    /// The type's name, as `String(describing:)` writes it.
+    public static var outboxName: String { String(describing: Self.self) }
+}
+
+/// One request kept by an ``Outbox`` until the server gives a definitive answer.
+public struct OutboxEntry: Sendable, Hashable, Identifiable {
+    /// Identifies the entry in its outbox, across restarts. Entries enqueued later have larger identifiers.
+    public let id: UInt64
+    /// The value of the `Idempotency-Key` header sent with every attempt of this entry, in this process and after a
+    /// restart: a random UUID, chosen when the entry was enqueued.
+    public let idempotencyKey: String
+    /// Entries with the same lane run one at a time, in the order they were enqueued; `nil`: no order.
+    public let lane: String?
+    /// The ``OutboxRequest/outboxName`` of the request's type.
+    public let requestType: String
+    /// When the entry was enqueued.
+    public let enqueuedAt: Date
+    /// When the entry is dropped if it has not been sent by then; `nil`: never.
+    public let expiresAt: Date?
+    /// Attempts made in this process (the count starts again at 0 after a restart).
+    public internal(set) var attempts: Int
+    /// Why the entry was parked, for an entry in ``Outbox/deadLetters``; `nil` for a pending entry.
+    public internal(set) var deadLetter: OutboxDeadLetter?
+    /// The request, as it was encoded: JSON that `JSONDecoder` decodes (keys in the order the request encoded them).
+    public let encodedRequest: Data
+
+    /// The request, decoded as `type`, or `nil` when it is of another type or cannot be decoded.
+    public func request<R: OutboxRequest>(as type: R.Type) -> R? {
+        guard requestType == R.outboxName else { return nil }
+        return try? JSONDecoder().decode(R.self, from: encodedRequest)
+    }
+}
+
+/// Why an entry was parked in the dead-letter list, and what the server said.
+public struct OutboxDeadLetter: Sendable, Hashable {
+    /// What made the entry permanent.
+    public enum Reason: Sendable, Hashable {
+        /// The server answered with a status that retrying cannot fix (a 4xx other than 408 and 429, or a status
+        /// outside the request's valid codes that is not a 5xx).
+        case rejected(statusCode: Int)
+        /// The request failed before or after reaching the server in a way that retrying cannot fix (its
+        /// `makeURLRequest`, a precondition, a validation, a limit): the error's description.
+        case failed(String)
+        /// The stored request's type was not among the outbox's `requestTypes`, or its stored form could not be
+        /// decoded as that type.
+        case cannotDecode(requestType: String)
+    }
+    /// What made the entry permanent.
+    public let reason: Reason
+    /// The server's answer, when there was one (its body cut at 64 KiB).
+    public let response: OutboxResponse?
+    /// When the entry was parked.
+    public let parkedAt: Date
+}
+
+/// An HTTP answer an outbox kept: the status, the headers and the body.
+public struct OutboxResponse: Sendable, Hashable {
+    /// The status code.
+    public let statusCode: Int
+    /// The header fields, as the server sent them.
+    public let headers: [String: String]
+    /// The body.
+    public let body: Data
+
+    /// Creates a response.
+    public init(statusCode: Int, headers: [String: String], body: Data) {
+        self.statusCode = statusCode
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Something that happened in an ``Outbox``, with the counts after it, so that an app can show "3 changes waiting
+/// to sync" from the latest change alone.
+public struct OutboxChange: Sendable {
+    /// What happened.
+    public enum Kind: Sendable, Equatable {
+        /// The entry was stored (``Outbox/enqueue(_:lane:expiresAt:)`` returned).
+        case enqueued
+        /// The server answered with one of the request's valid status codes; the entry left the journal.
+        case sent(OutboxResponse)
+        /// An attempt failed with a transient error (transport, 408, 429, 5xx); the next one starts after `delay`
+        /// seconds, or as soon as connectivity returns.
+        case willRetry(delay: TimeInterval, error: String)
+        /// An attempt found no connectivity: the outbox sends nothing else until one probe gets an answer.
+        case waitingForConnectivity
+        /// The entry was parked in the dead-letter list (see ``OutboxEntry/deadLetter``).
+        case parked
+        /// A parked entry was made pending again by ``Outbox/retry(_:)``.
+        case requeued
+        /// The entry left the journal without a definitive answer.
+        case dropped(OutboxDropReason)
+    }
+    /// What happened.
+    public let kind: Kind
+    /// The entry it happened to.
+    public let entry: OutboxEntry
+    /// Entries waiting to be sent, after this change.
+    public let pendingCount: Int
+    /// Entries in the dead-letter list, after this change.
+    public let deadLetterCount: Int
+}
+
+/// Why an entry left an outbox without being sent.
+public enum OutboxDropReason: Sendable, Equatable {
+    /// Its ``OutboxEntry/expiresAt`` passed before the server answered.
+    case expired
+    /// ``Outbox/drop(_:)`` removed it.
+    case byApp
+}
+
+/// How an ``Outbox`` sends its entries.
+public struct OutboxOptions: Sendable {
+    /// At most this many entries have an attempt in flight at once (lanes further limit it to one per lane).
+    /// Default: 4.
+    public var maximumConcurrentEntries: Int = 4
+    /// The wait after an entry's first transient failure; it doubles with each further failure. Default: 1 s.
+    public var baseDelay: TimeInterval = 1
+    /// The longest wait between two attempts of an entry, and between two connectivity probes. A `Retry-After`
+    /// longer than this is shortened to it. Default: 300 s.
+    public var maxDelay: TimeInterval = 300
+    /// The delay varies by up to this fraction either way, so that clients do not retry in step. Default: 0.2.
+    public var jitter: Double = 0.2
+    /// How long an entry is kept before it is dropped unsent, when ``Outbox/enqueue(_:lane:expiresAt:)`` names no
+    /// date. Default: `nil`, kept until sent.
+    public var expiresAfter: TimeInterval?
+    /// The longest one attempt may take, from the moment the queue starts its operation to its outcome: preparing the
+    /// request (`makeURLRequest`, the adapters, the authenticator's credential), sending it and reading the answer.
+    /// Time spent waiting in the queue before that does not count.
+    ///
+    /// An attempt still running then is cancelled and counts as a transient failure: its place (and its lane) go to
+    /// the next attempt, the entry is sent again after a backoff with the same `Idempotency-Key` (the server may
+    /// have received the cancelled one), and ``OutboxChange/Kind/willRetry(delay:error:)`` names the timeout. So a
+    /// request whose `makeURLRequest` or adapter never calls its completion holds up nothing for longer than this.
+    /// The request's own ``TransferLimits/deadline``, when shorter, applies as usual.
+    ///
+    /// Default: 120 s, twice URLSession's idle timeout, so that an answer that is slow but moving is not cut; raise
+    /// it for entries that upload more than a few megabytes. A value that is not a positive number is taken as the
+    /// default; `.infinity` sets no limit.
+    public var attemptTimeout: TimeInterval = 120
+
+    /// Whether the outbox opens suspended (see ``Outbox/isSuspended``), so that a reader of ``Outbox/changes``
+    /// can subscribe before the resumed entries are sent. Default: `false`.
+    public var startsSuspended = false
+
+    /// The defaults.
+    public init() {}
+}
+
+/// Why an ``Outbox`` could not be opened, or could not store or find an entry.
+public enum OutboxError: Error, Equatable, Sendable {
+    /// Another outbox, in this process or another, has the folder open.
+    case folderInUse(URL)
+    /// The folder cannot be used: it is a symbolic link, not a folder, or another user's, or it could not be
+    /// created or read. The string says which.
+    case unusableFolder(URL, String)
+    /// The request could not be encoded; nothing was stored.
+    case cannotEncode(requestType: String, String)
+    /// The request's type is not among the outbox's `requestTypes`, so it could not be sent again after a restart;
+    /// nothing was stored.
+    case unregisteredType(String)
+    /// The encoded entry is larger than the journal accepts; nothing was stored.
+    case tooLarge(size: Int, limit: Int)
+    /// Writing to the disk failed (a full disk, an I/O error); nothing was stored or changed.
+    case writeFailed(String)
+    /// No pending or parked entry has this identifier.
+    case noSuchEntry(UInt64)
+    /// The outbox was closed.
+    case closed
+}
+
+/// A ``RequestEventMonitor`` of the queue an ``Outbox`` sends on that also hears what the outbox found when it opened.
+/// Put it in the queue's `requestPolicies.monitors`, like any monitor.
+public protocol OutboxMonitor: RequestEventMonitor {
+    /// An ``Outbox`` whose attempts run on this queue opened its folder: the entries it resumed, and the damaged
+    /// records it skipped, the incomplete last record it cut off, or the journal it found lost (see
+    /// ``OutboxOpeningReport``). Called once, from the outbox's initializer, before it sends anything.
+    func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport)
+}

@@ -51,6 +51,14 @@ public final class Outbox: @unchecked Sendable {
     /// Numbers each attempt, so that only the current attempt of an entry concludes it.
     var attemptCount: UInt64 = 0
     var subscribers: [UUID: AsyncStream<OutboxChange>.Continuation] = [:]
+    /// Settled entries whose removal from the journal is not yet written, and those being written (see
+    /// `removalsToWrite()`).
+    var unremoved: [UInt64] = []
+    var removing: Set<UInt64> = []
+    var removalTimerArmed = false
+    /// Removals are written in groups of this many during a drain, or ``OutboxOptions/removalDelay`` after the first
+    /// of a smaller group.
+    static let removalGroup = 8
 
     /// Opens the outbox in `directory` (created if needed, `0700`), resumes the entries stored there, and starts
     /// sending them as operations of `queue` on `session`.
@@ -113,63 +121,6 @@ public final class Outbox: @unchecked Sendable {
 
     deinit {
         close()
-    }
-
-    /// Stores `request` durably and schedules it; returns once it is on disk (after an `fsync`, shared with other
-    /// enqueues at the same time).
-    ///
-    /// - Parameters:
-    ///   - request: the request, stored as its JSON.
-    ///   - lane: entries with the same lane are sent one at a time, in enqueue order; `nil`: no order.
-    ///   - expiresAt: the entry is dropped unsent after this date (default: ``OutboxOptions/expiresAfter`` from
-    ///     now, or never).
-    /// - Returns: the entry, with its ``OutboxEntry/idempotencyKey``.
-    /// - Throws: ``OutboxError``: the type is not among `requestTypes`, the request cannot be encoded, or the write
-    ///   failed. Nothing is stored then.
-    @discardableResult
-    public func enqueue<R: OutboxRequest>(_ request: R, lane: String? = nil, expiresAt: Date? = nil) throws -> OutboxEntry {
-        try enqueue(contentsOf: [request], lane: lane, expiresAt: expiresAt)[0]
-    }
-
-    /// Stores `requests` durably, with one `fsync`, in this order in `lane`; all or none are stored.
-    @discardableResult
-    public func enqueue<R: OutboxRequest>(contentsOf requests: [R], lane: String? = nil, expiresAt: Date? = nil) throws -> [OutboxEntry] {
-        let typeName = typeNames[ObjectIdentifier(R.self)] ?? R.outboxName
-        guard types[typeName] != nil else { throw OutboxError.unregisteredType(typeName) }
-        guard !requests.isEmpty else { return [] }
-        let now = Date()
-        let expiry = expiresAt ?? options.expiresAfter.map { now.addingTimeInterval($0) }
-        var entries: [OutboxEntry] = []
-        for request in requests {
-            let encoded: Data
-            do {
-                encoded = try OutboxRecord.jsonEncoder.encode(request)
-            } catch {
-                throw OutboxError.cannotEncode(requestType: typeName, OutboxVerdict.describe(error))
-            }
-            entries.append(
-                OutboxEntry(
-                    id: 0, idempotencyKey: OutboxRecord.newKey(), lane: lane, requestType: typeName,
-                    enqueuedAt: now, expiresAt: expiry, attempts: 0, deadLetter: nil, encodedRequest: encoded))
-        }
-        // A closed outbox's journal throws `.closed`.
-        let ids: [UInt64]
-        do {
-            ids = try journal.append(entries.map(OutboxRecord.encode))
-        } catch {
-            throw Self.outboxError(error, directory: directory)
-        }
-        let stored = zip(entries, ids).map { entry, id in entry.with(id: id) }
-        let starts: [UInt64] = lock.withLock {
-            guard !isClosed else { return [] }
-            for entry in stored {
-                lanes.addPending(entry)
-                emit(.enqueued, entry)
-            }
-            return schedule()
-        }
-        starts.forEach(start)
-        return stored
     }
 
     /// Whether the outbox starts no attempt (attempts in flight go on); entries are still stored by
@@ -295,6 +246,13 @@ public final class Outbox: @unchecked Sendable {
         }
         attempts.forEach { $0.cancel() }
         continuations.forEach { $0.finish() }
+        // The removals not yet written, and those being written (queued behind them, they are durable when this
+        // returns): written now, so that the next outbox on the folder does not send those entries again.
+        let removals: [UInt64] = lock.withLock {
+            defer { unremoved = [] }
+            return unremoved + removing
+        }
+        if !removals.isEmpty { try? journal.remove(removals) }
         journal.close()
     }
 }

@@ -4,17 +4,23 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-/// One attempt of an outbox entry: the stored request with its `Idempotency-Key`, the engine's own retries turned
-/// off (the outbox decides when to send again), no response cache, and the raw answer as its success, so that the
-/// outbox can keep it and judge the status itself. Its limits are the request's (or the queue's) with the outbox's
-/// attempt timeout as their deadline (see `Outbox.attemptLimits(own:)`).
+/// One attempt of an outbox entry: the entry's frozen request (or, for an entry stored by an older version, the
+/// stored request's `makeURLRequest`) with its `Idempotency-Key`, the engine's own retries turned off (the outbox
+/// decides when to send again), no response cache, and the raw answer as its success, so that the outbox can keep it.
+/// The answer is judged as the queue judges the same request: the request's status codes and validations, then its
+/// own kind's body interpretation (``DataRequest/interpretBody(_:response:sent:)``), whose failure fails the attempt.
+/// Its limits are the request's (or the queue's) with the outbox's attempt timeout as their deadline (see
+/// `Outbox.attemptLimits(own:)`).
 struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     typealias Success = OutboxResponse
     typealias Failure = Error
 
     let inner: Inner
     let idempotencyKey: String
+    let frozen: FrozenRequest?
     let limits: TransferLimits?
+    /// The request made for the attempt, and the answer its body interpretation refused.
+    let answer = OutboxAnswer()
 
     var identifier: String { inner.identifier }
     var validHTTPStatusCodes: [Int] { inner.validHTTPStatusCodes }
@@ -30,15 +36,21 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
 
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         let key = idempotencyKey
-        inner.makeURLRequest { result in
-            completion(
-                result.map { request in
-                    var request = request
-                    // The IETF httpapi draft's header: a structured-field string, so quoted.
-                    request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key")
-                    return request
-                })
+        let answer = answer
+        let keyed: (URLRequest) -> URLRequest = { request in
+            var request = request
+            answer.made(request)
+            // The IETF httpapi draft's header: a structured-field string, so quoted.
+            request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key")
+            return request
         }
+        if let frozen {
+            guard let request = frozen.urlRequest else {
+                return completion(.failure(URLError(.badURL)))
+            }
+            return completion(.success(keyed(request)))
+        }
+        inner.makeURLRequest { completion($0.map(keyed)) }
     }
 
     func processData(_ data: Data) throws -> OutboxResponse {
@@ -46,8 +58,29 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     }
 
     func processResponse(_ data: Data, response: HTTPURLResponse) throws -> OutboxResponse {
-        OutboxResponse(statusCode: response.statusCode, headers: OutboxVerdict.headers(of: response), body: data)
+        let kept = OutboxResponse(statusCode: response.statusCode, headers: OutboxVerdict.headers(of: response), body: data)
+        let sent = answer.request ?? URLRequest(url: response.url ?? URL(fileURLWithPath: "/"))
+        do {
+            _ = try inner.interpretBody(data, response: response, sent: sent)
+        } catch {
+            answer.refused(kept)
+            throw error
+        }
+        return kept
     }
+}
+
+/// What an attempt saw, for the verdict: the request it made, and an answer whose body the request refused.
+final class OutboxAnswer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var madeRequest: URLRequest?
+    private var refusedResponse: OutboxResponse?
+
+    var request: URLRequest? { lock.withLock { madeRequest } }
+    var refusal: OutboxResponse? { lock.withLock { refusedResponse } }
+
+    func made(_ request: URLRequest) { lock.withLock { madeRequest = request } }
+    func refused(_ response: OutboxResponse) { lock.withLock { refusedResponse = response } }
 }
 
 /// What one attempt's outcome means for its entry. The one place the outbox classifies answers.
@@ -69,7 +102,10 @@ enum OutboxVerdict: Equatable {
 
     /// `attemptTimeout`: the outbox's timeout when it is the attempt's deadline, so that missing it is described as
     /// the outbox's timeout rather than as the request's deadline.
-    static func judge(_ result: Result<OutboxResponse, Error>, attemptTimeout: TimeInterval? = nil, now: Date = Date()) -> OutboxVerdict {
+    /// `refusal`: the answer whose body the request's interpretation refused, kept with the parked entry.
+    static func judge(
+        _ result: Result<OutboxResponse, Error>, refusal: OutboxResponse? = nil, attemptTimeout: TimeInterval? = nil, now: Date = Date()
+    ) -> OutboxVerdict {
         switch result {
         case let .success(response):
             return .sent(response)
@@ -89,6 +125,10 @@ enum OutboxVerdict: Equatable {
                     return .permanent(.failed(describe(error)), nil)
                 }
                 return .transient(retryAfter: nil, offline: offlineCodes.contains(urlError.code), description: describe(error))
+            }
+            if let refusal {
+                let kept = OutboxResponse(statusCode: refusal.statusCode, headers: refusal.headers, body: refusal.body.prefix(OutboxRecord.maximumParkedBody))
+                return .permanent(.failed(describe(error)), kept)
             }
             if isTransient(error) { return .transient(retryAfter: nil, offline: false, description: describe(error)) }
             return .permanent(.failed(describe(error)), nil)

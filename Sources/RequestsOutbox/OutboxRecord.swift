@@ -2,9 +2,11 @@ import Foundation
 import Requests
 
 /// An outbox entry's form in the journal: a version byte, then length-prefixed fields (docs/outbox-journal.md).
-/// Hand-written, because an entry is encoded on every enqueue and decoded for every pending entry on open.
+/// Hand-written, because an entry is encoded on every enqueue and decoded for every pending entry on open. Version 2
+/// adds the frozen request (``FrozenRequest``) after the request's JSON; version 1 records are still read (their
+/// entries make their request on each attempt, as that version did).
 enum OutboxRecord {
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
     /// The largest response body kept with a parked entry.
     static let maximumParkedBody = 64 << 10
 
@@ -56,6 +58,20 @@ enum OutboxRecord {
         writer.double(entry.enqueuedAt.timeIntervalSince1970)
         writer.optionalDouble(entry.expiresAt?.timeIntervalSince1970)
         writer.bytes(entry.encodedRequest)
+        if let frozen = entry.frozen {
+            writer.byte(1)
+            writer.string(frozen.method)
+            writer.string(frozen.url)
+            writer.double(frozen.timeout)
+            writer.double(Double(frozen.fields.count))
+            for field in frozen.fields {
+                writer.string(field.name)
+                writer.string(field.value)
+            }
+            writer.bytes(frozen.body)
+        } else {
+            writer.byte(0)
+        }
         if let letter = entry.deadLetter {
             writer.byte(1)
             writer.double(letter.parkedAt.timeIntervalSince1970)
@@ -91,15 +107,33 @@ enum OutboxRecord {
     /// The entry stored as `data` under `id`, or `nil` for bytes this version does not read.
     static func decode(_ data: Data, id: UInt64) -> OutboxEntry? {
         var reader = RecordReader(data)
-        guard reader.byte() == version,
+        guard let recordVersion = reader.byte(), recordVersion == 1 || recordVersion == version,
             let key = reader.string(),
             let lane = reader.optionalString(),
             let type = reader.string(),
             let enqueuedAt = reader.double(),
             let expiresAt = reader.optionalDouble(),
-            let request = reader.bytes(),
-            let parked = reader.byte()
+            let request = reader.bytes()
         else { return nil }
+        var frozen: FrozenRequest?
+        if recordVersion >= 2 {
+            guard let hasFrozen = reader.byte() else { return nil }
+            if hasFrozen == 1 {
+                guard let method = reader.string(), let url = reader.string(), let timeout = reader.double(),
+                    let count = reader.int(), count >= 0, count <= 10_000
+                else { return nil }
+                var fields: [FrozenRequest.Field] = []
+                for _ in 0..<count {
+                    guard let name = reader.string(), let value = reader.string() else { return nil }
+                    fields.append(FrozenRequest.Field(name: name, value: value))
+                }
+                guard let body = reader.bytes() else { return nil }
+                frozen = FrozenRequest(method: method, url: url, fields: fields, body: body, timeout: timeout)
+            } else if hasFrozen != 0 {
+                return nil
+            }
+        }
+        guard let parked = reader.byte() else { return nil }
         var letter: OutboxDeadLetter?
         if parked == 1 {
             guard let parkedAt = reader.double(), let reasonKind = reader.byte() else { return nil }
@@ -134,7 +168,7 @@ enum OutboxRecord {
         return OutboxEntry(
             id: id, idempotencyKey: key, lane: lane, requestType: type, enqueuedAt: Date(timeIntervalSince1970: enqueuedAt),
             expiresAt: expiresAt.map(Date.init(timeIntervalSince1970:)), attempts: 0, deadLetter: letter,
-            encodedRequest: request)
+            encodedRequest: request, frozen: frozen)
     }
 }
 

@@ -40,14 +40,15 @@ extension Outbox {
             return conclude(entry.id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
         let (limits, timeout) = attemptLimits(own: request.limits)
-        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey, limits: limits)
+        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey, frozen: entry.frozen, limits: limits)
         let number: UInt64 = lock.withLock {
             attemptCount += 1
             return attemptCount
         }
         // Weak: an attempt in flight must not keep an outbox the app released open (its deinit closes it).
         let operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks) { [weak self] result in
-            self?.conclude(entry.id, .verdict(OutboxVerdict.judge(result, attemptTimeout: timeout)), attempt: number)
+            let verdict = OutboxVerdict.judge(result, refusal: attempt.answer.refusal, attemptTimeout: timeout)
+            self?.conclude(entry.id, .verdict(verdict), attempt: number)
         }
         let proceed: Bool = lock.withLock {
             guard !isClosed, lanes[entry.id]?.phase == .running else { return false }
@@ -136,17 +137,62 @@ extension Outbox {
         }
     }
 
-    /// Removes a settled entry from the journal and from memory, and tells subscribers.
+    /// Forgets a settled entry, tells subscribers, and has its removal written with others (see
+    /// ``removalsToWrite()``).
     private func leave(_ id: UInt64, _ kind: OutboxChange.Kind) {
-        // A failed removal leaves the entry on disk: the next outbox on the folder sends it again with the same key,
-        // which the server has seen.
-        try? journal.remove([id])
-        let starts: [UInt64] = lock.withLock {
+        let (starts, removals): ([UInt64], [UInt64]) = lock.withLock {
             settle(id, kind)
             if case .sent = kind, isOffline { endOffline() }
-            return schedule()
+            let starts = schedule()
+            unremoved.append(id)
+            return (starts, removalsToWrite())
         }
         starts.forEach(start)
+        write(removals: removals)
+    }
+
+    /// The removals to write now, taken from `unremoved`: all of them once there are ``removalGroup``, or once no
+    /// attempt is running (the outbox is idle or waits for a timer); otherwise none, and a timer writes them within
+    /// ``OutboxOptions/removalDelay``. So a drain costs one sync per ``removalGroup`` removals, and a sent entry's removal is durable
+    /// soon after. Until it is, a crash sends the entry again with the same key, which the server has seen. Call with
+    /// the lock held.
+    func removalsToWrite() -> [UInt64] {
+        guard !unremoved.isEmpty else { return [] }
+        if unremoved.count >= Self.removalGroup || running == 0 || isClosed {
+            defer {
+                removing.formUnion(unremoved)
+                unremoved = []
+            }
+            return unremoved
+        }
+        if !removalTimerArmed, options.removalDelay.isFinite {
+            removalTimerArmed = true
+            callbacks.asyncAfter(deadline: .now() + max(options.removalDelay, 0)) { [weak self] in self?.removalTimerFired() }
+        }
+        return []
+    }
+
+    private func removalTimerFired() {
+        let removals: [UInt64] = lock.withLock {
+            removalTimerArmed = false
+            guard !isClosed else { return [] }
+            defer {
+                removing.formUnion(unremoved)
+                unremoved = []
+            }
+            return unremoved
+        }
+        write(removals: removals)
+    }
+
+    /// Writes removals without blocking a thread. A failed write leaves the entries on disk: the next outbox on the
+    /// folder sends them again with the same key, which the server has seen.
+    private func write(removals: [UInt64]) {
+        guard !removals.isEmpty else { return }
+        journal.remove(removals) { [weak self] _ in
+            guard let self else { return }
+            self.lock.withLock { self.removing.subtract(removals) }
+        }
     }
 
     /// Forgets an entry that left, tells subscribers and finishes its settled operation. Call with the lock held.
@@ -215,7 +261,7 @@ extension OutboxEntry {
     func with(id: UInt64) -> OutboxEntry {
         OutboxEntry(
             id: id, idempotencyKey: idempotencyKey, lane: lane, requestType: requestType, enqueuedAt: enqueuedAt,
-            expiresAt: expiresAt, attempts: attempts, deadLetter: deadLetter, encodedRequest: encodedRequest)
+            expiresAt: expiresAt, attempts: attempts, deadLetter: deadLetter, encodedRequest: encodedRequest, frozen: frozen)
     }
 }
 

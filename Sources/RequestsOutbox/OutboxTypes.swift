@@ -26,8 +26,10 @@ extension OutboxRequest {
 public struct OutboxEntry: Sendable, Hashable, Identifiable {
     /// Identifies the entry in its outbox, across restarts. Entries enqueued later have larger identifiers.
     public let id: UInt64
-    /// The value of the `Idempotency-Key` header sent with every attempt of this entry, in this process and after a
-    /// restart: a random UUID, chosen when the entry was enqueued.
+    /// The entry's idempotency key: a random UUID in lower case, chosen when the entry was enqueued, and sent with
+    /// every attempt of this entry, in this process and after a restart. On the wire it is a structured-field string,
+    /// as the IETF httpapi draft says, so in double quotes: `Idempotency-Key: "<idempotencyKey>"`. A server that
+    /// compares keys should strip the quotes.
     public let idempotencyKey: String
     /// Entries with the same lane run one at a time, in the order they were enqueued; `nil`: no order.
     public let lane: String?
@@ -41,8 +43,16 @@ public struct OutboxEntry: Sendable, Hashable, Identifiable {
     public internal(set) var attempts: Int
     /// Why the entry was parked, for an entry in ``Outbox/deadLetters``; `nil` for a pending entry.
     public internal(set) var deadLetter: OutboxDeadLetter?
-    /// The request, as it was encoded: JSON that `JSONDecoder` decodes (keys in the order the request encoded them).
+    /// The request, as it was encoded: JSON with sorted keys, which `JSONDecoder` decodes.
     public let encodedRequest: Data
+    /// What every attempt sends, fixed at enqueue (see ``urlRequest``); `nil` for an entry stored by a version of
+    /// Requests before 3.0, which makes its request on each attempt.
+    var frozen: FrozenRequest?
+
+    /// The request every attempt of this entry sends, as the request's `makeURLRequest` made it at enqueue: method,
+    /// URL, the request's own header fields, body and timeout. Each attempt adds the queue's adapters, the
+    /// authenticator's credential and the `Idempotency-Key` to it. `nil` for an entry stored by an older version.
+    public var urlRequest: URLRequest? { frozen?.urlRequest }
 
     /// The request, decoded as `type`, or `nil` when it is of another type or cannot be decoded.
     public func request<R: OutboxRequest>(as type: R.Type) -> R? {
@@ -159,6 +169,10 @@ public struct OutboxOptions: Sendable {
     /// default; `.infinity` sets no limit.
     public var attemptTimeout: TimeInterval = 120
 
+    /// The longest a settled entry's removal waits for others to share its sync (tests make it infinite, so that only
+    /// the group size and idleness write removals).
+    var removalDelay: TimeInterval = 0.1
+
     /// Whether the outbox opens suspended (see ``Outbox/isSuspended``), so that a reader of ``Outbox/changes``
     /// can subscribe before the resumed entries are sent. Default: `false`.
     public var startsSuspended = false
@@ -196,4 +210,28 @@ public protocol OutboxMonitor: RequestEventMonitor {
     /// records it skipped, the incomplete last record it cut off, or the journal it found lost (see
     /// ``OutboxOpeningReport``). Called once, from the outbox's initializer, before it sends anything.
     func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport)
+}
+
+extension OutboxError: LocalizedError {
+    /// What went wrong, in a sentence a user can be shown.
+    public var errorDescription: String? {
+        switch self {
+        case let .folderInUse(url):
+            return "The outbox folder \(url.path) is open in another outbox, in this process or another."
+        case let .unusableFolder(url, reason):
+            return "The outbox folder \(url.path) cannot be used: \(reason)."
+        case let .cannotEncode(type, reason):
+            return "The request \(type) could not be stored: \(reason). Nothing was stored."
+        case let .unregisteredType(type):
+            return "The request type \(type) is not among the outbox's requestTypes, so it could not be sent after a restart. Nothing was stored."
+        case let .tooLarge(size, limit):
+            return "The entry has \(size) bytes, more than the outbox's limit of \(limit) bytes. Nothing was stored."
+        case let .writeFailed(reason):
+            return "The outbox could not write to the disk: \(reason). Nothing was stored or changed."
+        case let .noSuchEntry(id):
+            return "The outbox has no pending or parked entry \(id)."
+        case .closed:
+            return "The outbox is closed."
+        }
+    }
 }

@@ -70,6 +70,17 @@ extension BodyInterpreter where R: DataRequest {
     }
 }
 
+extension DataRequest {
+    /// What this request's own operation makes of a body kept in memory that passed the status rule and the
+    /// validations: its kind's interpreter (JSON with the empty-body rules, no content, text, data). For a caller that
+    /// sends the request as another type (the outbox's attempts), so that both judge an answer with the same code.
+    package func interpretBody(_ data: Data, response: HTTPURLResponse, sent: URLRequest) throws -> Success {
+        var finishing = Finishing()
+        let interpreter = BodyInterpreter<Self>.data(isDecodable: RequestKind(of: Self.self).isDecodable)
+        return try interpreter.interpret(.data(data), response, sent, self, &finishing)
+    }
+}
+
 /// A ``DecodableRequest``'s rules for an empty body: `Success`'s empty value for the statuses and methods the request
 /// lists, when `Success` can be empty; ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)`` otherwise.
 struct EmptyBodyRule<Success> {

@@ -7,21 +7,31 @@ import Requests
 import RequestsTestServer
 import XCTest
 
-/// A note POSTed to `path` on the shared server whose first `stalls` attempts never finish preparing: their
-/// `makeURLRequest` keeps its completion in `Stalls.shared` without calling it.
+/// A note POSTed to `path` on the shared server whose first `stalls` attempts never finish preparing: their adapter
+/// keeps its completion in `Stalls.shared` without calling it.
 struct StallingNote: OutboxRequest, NoContentRequest {
     var path: String
     var text: String
     var stalls: Int
     var identifier: String { "stalling#" + text }
 
+    /// The first `stalls` attempts never complete their preparation (an adapter, which runs for each attempt).
+    var adapters: [RequestAdapter] {
+        let (text, stalls) = (text, stalls)
+        return [
+            RequestAdapter { request, completion in
+                guard Stalls.shared.arrive(text, stalls: stalls, completion: completion) else {
+                    return completion(.success(request))
+                }
+            }
+        ]
+    }
+
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         var request = URLRequest(url: TestServer.shared.url("/" + path))
         request.httpMethod = "POST"
         request.httpBody = Data(text.utf8)
-        guard Stalls.shared.arrive(text, stalls: stalls, completion: completion) else {
-            return completion(.success(request))
-        }
+        completion(.success(request))
     }
 }
 
@@ -30,10 +40,10 @@ final class Stalls: @unchecked Sendable {
     static let shared = Stalls()
     private let lock = NSLock()
     private var arrivals: [String: Int] = [:]
-    private var held: [String: [(Result<URLRequest, Error>) -> Void]] = [:]
+    private var held: [String: [@Sendable (Result<URLRequest, Error>) -> Void]] = [:]
 
     /// Counts an attempt of `text`; keeps its completion and returns `true` when it is one of the first `stalls`.
-    func arrive(_ text: String, stalls: Int, completion: @escaping (Result<URLRequest, Error>) -> Void) -> Bool {
+    func arrive(_ text: String, stalls: Int, completion: @escaping @Sendable (Result<URLRequest, Error>) -> Void) -> Bool {
         lock.withLock {
             arrivals[text, default: 0] += 1
             guard arrivals[text, default: 0] <= stalls else { return false }
@@ -42,7 +52,7 @@ final class Stalls: @unchecked Sendable {
         }
     }
 
-    func take(_ text: String) -> [(Result<URLRequest, Error>) -> Void] {
+    func take(_ text: String) -> [@Sendable (Result<URLRequest, Error>) -> Void] {
         lock.withLock { held.removeValue(forKey: text) ?? [] }
     }
 }

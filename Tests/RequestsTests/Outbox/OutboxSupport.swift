@@ -14,6 +14,7 @@ struct PostNote: OutboxRequest, NoContentRequest {
     var identifier: String { path + "#" + text }
     var validHTTPStatusCodes: [Int] { [200, 201, 204] }
     var shouldEnforceNoContent: Bool { false }
+    var adapters: [RequestAdapter] { [OutboxTarget.retargeting] }
 
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         var request = URLRequest(url: OutboxTarget.base.appendingPathComponent(path))
@@ -48,6 +49,20 @@ enum OutboxTarget {
     }
 
     static func reset() { lock.withLock { override = nil } }
+
+    /// Sends an attempt to `base` as it is when the attempt runs: an entry's request is made once, at enqueue, so a
+    /// test that goes offline and back moves the attempts with an adapter, which runs for each attempt.
+    static let retargeting = RequestAdapter.map { request in
+        guard let url = request.url, var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
+            let target = URLComponents(url: base, resolvingAgainstBaseURL: false)
+        else { throw URLError(.badURL) }
+        components.scheme = target.scheme
+        components.host = target.host
+        components.port = target.port
+        var moved = request
+        moved.url = components.url
+        return moved
+    }
 }
 
 /// What the server received on a path: each request's `Idempotency-Key` and body, in arrival order.

@@ -7,13 +7,18 @@ import Requests
 import RequestsTestServer
 import XCTest
 
-/// A note whose `makeURLRequest` waits at `NoteGate.shared` before it builds the request to `OutboxTarget.base`.
+/// A note whose attempts wait at `NoteGate.shared` (in an adapter, which runs for each attempt) before they go to
+/// `OutboxTarget.base`.
 struct GatedNote: OutboxRequest, NoContentRequest {
     var text: String
     var identifier: String { "gated#" + text }
 
+    /// Each attempt passes the gate, then goes to `OutboxTarget.base`.
+    var adapters: [RequestAdapter] {
+        [RequestAdapter.map { NoteGate.shared.pass(); return $0 }, OutboxTarget.retargeting]
+    }
+
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        NoteGate.shared.pass()
         var request = URLRequest(url: OutboxTarget.base.appendingPathComponent("gated"))
         request.httpMethod = "POST"
         request.httpBody = Data(text.utf8)

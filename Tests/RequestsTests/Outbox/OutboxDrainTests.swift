@@ -90,6 +90,21 @@ final class OutboxDrainTests: XCTestCase {
     }
 
     @MainActor
+    func testOpeningWithoutBlockingResumesTheStoredEntries() async throws {
+        let (path, received) = recordingPath()
+        let folder = makeOutboxFolder(self)
+        let first = try open(folder)
+        try await first.enqueue(contentsOf: [PostNote(path: path, text: "x"), PostNote(path: path, text: "y")])
+        first.close()
+        let outbox = try await Outbox.open(
+            directory: folder, queue: OperationQueue(), session: testSession, requestTypes: [PostNote.self], options: testOutboxOptions)
+        defer { outbox.close() }
+        XCTAssertEqual(outbox.openingReport.pending, 2)
+        for _ in 0..<4000 where received.texts.count < 2 { try await Task.sleep(nanoseconds: 5_000_000) }
+        XCTAssertEqual(Set(received.texts), ["x", "y"])
+    }
+
+    @MainActor
     func testTheAsynchronousEnqueueWaitsForAMakeURLRequestThatCompletesOnTheMainQueue() async throws {
         let (path, received) = recordingPath()
         let outbox = try open(makeOutboxFolder(self), suspended: false)

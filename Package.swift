@@ -23,8 +23,9 @@ let package = Package(
         .executableTarget(name: "RequestsBenchmark", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
         .testTarget(name: "RequestsTests", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
         .testTarget(name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
-        // Compiles the code of the DocC articles (Sources/Requests/Requests.docc) and the README, verbatim, and checks
-        // that every such block is compiled here or, for the testing article, in RequestsTestingTests.
+        // Compiles the code of the DocC articles (Sources/Requests/Requests.docc and
+        // Sources/RequestsOutbox/RequestsOutbox.docc) and the README, verbatim, and checks that every such block is
+        // compiled here or, for the testing article, in RequestsTestingTests.
         .testTarget(name: "RequestsDocsTests", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
         // Proves that code written for the original library still compiles in Swift 5 language mode.
         .testTarget(

@@ -4,7 +4,7 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a ``DataRequest`` that is
+/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a `DataRequest` that is
 /// `Codable`.
 ///
 /// The outbox stores the request's encoded form (JSON) with ``outboxName``, and decodes it again with the type
@@ -162,7 +162,7 @@ public struct OutboxOptions: Sendable {
     /// the next attempt, the entry is sent again after a backoff with the same `Idempotency-Key` (the server may
     /// have received the cancelled one), and ``OutboxChange/Kind/willRetry(delay:error:)`` names the timeout. So a
     /// request whose `makeURLRequest` or adapter never calls its completion holds up nothing for longer than this.
-    /// The request's own ``TransferLimits/deadline``, when shorter, applies as usual.
+    /// The request's own `TransferLimits.deadline`, when shorter, applies as usual.
     ///
     /// Default: 120 s, twice URLSession's idle timeout, so that an answer that is slow but moving is not cut; raise
     /// it for entries that upload more than a few megabytes. A value that is not a positive number is taken as the
@@ -203,7 +203,7 @@ public enum OutboxError: Error, Equatable, Sendable {
     case closed
 }
 
-/// A ``RequestEventMonitor`` of the queue an ``Outbox`` sends on that also hears what the outbox found when it opened.
+/// A `RequestEventMonitor` of the queue an ``Outbox`` sends on that also hears what the outbox found when it opened.
 /// Put it in the queue's `requestPolicies.monitors`, like any monitor.
 public protocol OutboxMonitor: RequestEventMonitor {
     /// An ``Outbox`` whose attempts run on this queue opened its folder: the entries it resumed, and the damaged

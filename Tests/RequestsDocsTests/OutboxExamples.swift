@@ -1,12 +1,12 @@
 // swift-format-ignore-file
-// Kept out of swift-format: the marked parts of this file are the ```swift blocks of Outbox.md, character for
-// character (ArticleExamplesTests checks it).
+// Kept out of swift-format: the marked parts of this file are the ```swift blocks of DurableOutbox.md (in
+// Sources/RequestsOutbox/RequestsOutbox.docc), character for character (ArticleExamplesTests checks it).
 
 import Foundation
+// article-example-begin
 import Requests
 import RequestsOutbox
 
-// article-example-begin
 struct FieldReport: Codable, Sendable {
     var site: String
     var notes: String

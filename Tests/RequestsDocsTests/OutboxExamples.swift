@@ -15,6 +15,8 @@ struct FieldReport: Codable, Sendable {
 struct SubmitReport: OutboxRequest, EndpointRequest, NoContentRequest {
     var report: FieldReport
     var endpoint: Endpoint { api.post("reports", body: .json(report)) }
+    // The server answers 201 with the stored report: accepted, as the queue would accept it.
+    var shouldEnforceNoContent: Bool { false }
 }
 // article-example-end
 
@@ -22,12 +24,13 @@ struct SubmitReport: OutboxRequest, EndpointRequest, NoContentRequest {
 final class SyncLabel: @unchecked Sendable { var text = "" }
 let syncLabel = SyncLabel()
 
-func outboxUsage(report: FieldReport) throws {
+@MainActor
+func outboxUsage(report: FieldReport) async throws {
     // article-example-begin
     let folder = appSupport.appendingPathComponent("Outbox", isDirectory: true)
-    let outbox = try Outbox(directory: folder, queue: OperationQueue(), requestTypes: [SubmitReport.self])
+    let outbox = try await Outbox.open(directory: folder, queue: OperationQueue(), requestTypes: [SubmitReport.self])
 
-    let entry = try outbox.enqueue(SubmitReport(report: report), lane: "reports")
+    let entry = try await outbox.enqueue(SubmitReport(report: report), lane: "reports")
     print("Saved; it will be sent with Idempotency-Key \(entry.idempotencyKey)")
 
     Task {

@@ -4,7 +4,7 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-/// Requests that survive the process: each is on disk before ``enqueue(_:lane:expiresAt:)`` returns, is sent
+/// Requests that survive the process: each is on disk before ``enqueue(_:lane:expiresAt:)-a7f9`` returns, is sent
 /// with the same `Idempotency-Key` on every attempt, in this process and after a restart, and leaves the disk only
 /// when the server has given a definitive answer.
 ///
@@ -149,7 +149,7 @@ public final class Outbox: @unchecked Sendable {
     }
 
     /// Whether the outbox starts no attempt (attempts in flight go on); entries are still stored by
-    /// ``enqueue(_:lane:expiresAt:)``. Setting it to `false` starts sending.
+    /// ``enqueue(_:lane:expiresAt:)-a7f9``. Setting it to `false` starts sending.
     public var isSuspended: Bool {
         get { lock.withLock { suspended } }
         set {
@@ -256,7 +256,7 @@ public final class Outbox: @unchecked Sendable {
 
     /// Stops sending, cancels the attempts in flight (their entries stay stored, and are sent again with the same
     /// key by the next outbox on the folder), ends ``changes`` and releases the folder. Later calls do nothing. An
-    /// ``enqueue(_:lane:expiresAt:)`` at the same time either throws ``OutboxError/closed`` or stores its entry,
+    /// ``enqueue(_:lane:expiresAt:)-a7f9`` at the same time either throws ``OutboxError/closed`` or stores its entry,
     /// which the next outbox on the folder sends.
     ///
     /// Releasing the last reference to the outbox closes it the same way: attempts in flight, retry timers and

@@ -30,7 +30,7 @@ extension Outbox {
     }
 
     /// Stores `requests` durably, with one sync, in this order in `lane`; all or none are stored. See
-    /// ``enqueue(_:lane:expiresAt:)``.
+    /// ``enqueue(_:lane:expiresAt:)-a7f9``.
     @discardableResult
     public func enqueue<R: OutboxRequest>(contentsOf requests: [R], lane: String? = nil, expiresAt: Date? = nil) throws -> [OutboxEntry] {
         let typeName = try registeredName(of: R.self)
@@ -54,7 +54,7 @@ extension Outbox {
         return schedule(entries, ids: ids)
     }
 
-    /// Stores `request` durably and schedules it, like ``enqueue(_:lane:expiresAt:)``, but suspends instead of
+    /// Stores `request` durably and schedules it, like ``enqueue(_:lane:expiresAt:)-a7f9``, but suspends instead of
     /// blocking a thread while the request is made and while the sync runs: the form to call from the main actor.
     @discardableResult
     public func enqueue<R: OutboxRequest>(_ request: R, lane: String? = nil, expiresAt: Date? = nil) async throws -> OutboxEntry {

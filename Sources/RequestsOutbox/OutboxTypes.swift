@@ -105,7 +105,7 @@ public struct OutboxResponse: Sendable, Hashable {
 public struct OutboxChange: Sendable {
     /// What happened.
     public enum Kind: Sendable, Equatable {
-        /// The entry was stored (``Outbox/enqueue(_:lane:expiresAt:)`` returned).
+        /// The entry was stored (``Outbox/enqueue(_:lane:expiresAt:)-a7f9`` returned).
         case enqueued
         /// The server answered with one of the request's valid status codes; the entry left the journal.
         case sent(OutboxResponse)
@@ -151,7 +151,7 @@ public struct OutboxOptions: Sendable {
     public var maxDelay: TimeInterval = 300
     /// The delay varies by up to this fraction either way, so that clients do not retry in step. Default: 0.2.
     public var jitter: Double = 0.2
-    /// How long an entry is kept before it is dropped unsent, when ``Outbox/enqueue(_:lane:expiresAt:)`` names no
+    /// How long an entry is kept before it is dropped unsent, when ``Outbox/enqueue(_:lane:expiresAt:)-a7f9`` names no
     /// date. Default: `nil`, kept until sent.
     public var expiresAfter: TimeInterval?
     /// The longest one attempt may take, from the moment the queue starts its operation to its outcome: preparing the

@@ -22,6 +22,7 @@ struct FrozenRequest: Sendable, Hashable {
     /// Sorted by name, so that the stored form is the same for the same request.
     var fields: [Field]
     var body: Data
+    /// The request's own timeout; 0 when it had `URLRequest`'s default, which leaves the session's in force.
     var timeout: TimeInterval
 
     /// The request as the transport gets it (before the adapters).
@@ -52,7 +53,10 @@ extension FrozenRequest {
         guard let url = request.url?.absoluteString else { throw Failure.noURL }
         self.url = url
         method = request.httpMethod ?? "GET"
-        timeout = request.timeoutInterval
+        // 60 s is `URLRequest`'s default. Set on the request again, any value would take precedence over the
+        // session's `timeoutIntervalForRequest` (corelibs gives a timeout that was set precedence, whatever its
+        // value), so the default is kept as "not set" (0).
+        timeout = request.timeoutInterval == 60 ? 0 : request.timeoutInterval
         fields = (request.allHTTPHeaderFields ?? [:]).map { Field(name: $0.key, value: $0.value) }.sorted {
             ($0.name.lowercased(), $0.name) < ($1.name.lowercased(), $1.name)
         }

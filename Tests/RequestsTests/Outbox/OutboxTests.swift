@@ -107,13 +107,15 @@ final class OutboxTests: XCTestCase {
             return LoopbackResponse(status: 201)
         }
         let queue = OperationQueue()
-        let outbox = try open(makeOutboxFolder(self), queue: queue)
+        // Suspended while entries are enqueued: otherwise every entry so far may be sent between two enqueues.
+        let outbox = try open(makeOutboxFolder(self), queue: queue, suspended: true)
         let changes = ChangeRecorder(outbox)
         let done = changes.expectation("all sent") { $0.pendingCount == 0 && $0.kind.isSent }
         for index in 0..<15 {
             try outbox.enqueue(PostNote(path: String(path.dropFirst()), text: "a-\(index)"), lane: "a")
             try outbox.enqueue(PostNote(path: String(path.dropFirst()), text: "b-\(index)"), lane: "b")
         }
+        outbox.isSuspended = false
         wait(for: [done], timeout: 30)
         XCTAssertEqual(tracker.order(prefix: "a-"), (0..<15).map { "a-\($0)" })
         XCTAssertEqual(tracker.order(prefix: "b-"), (0..<15).map { "b-\($0)" })

@@ -95,7 +95,7 @@ public struct RetryPolicy: Sendable {
     @_disfavoredOverload
     @available(
         *, deprecated,
-        message: "retryableMethods: replaces the idempotent methods ([.post] alone stops GET from being retried); use alsoRetrying: [.post] to add methods, or retryingOnly: for an exact set"
+        message: "retryableMethods: replaces the idempotent methods ([.post] stops GET from being retried): use alsoRetrying: to add, retryingOnly: for an exact set"
     )
     public init(
         maxAttempts: Int = 3,

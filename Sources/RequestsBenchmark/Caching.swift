@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -117,3 +118,4 @@ func cacheSection(_ figures: CacheFigures) -> Section {
     section.notes.append("Each run starts with one untimed request that fills the cache. A 304 carries headers only; the saved figure counts bodies, not headers.")
     return section
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -460,3 +461,4 @@ private func printStormTable(_ rounds: [StormRound], options: StormOptions, buil
     let crashes = Dictionary(grouping: rounds.filter { $0.status == .crashed }, by: { $0.tail.first ?? $0.how })
     for (line, group) in crashes.sorted(by: { $0.value.count > $1.value.count }) { print("crash ×\(group.count): \(line)") }
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -398,3 +399,4 @@ func runStormRound(_ arguments: [String]) -> Never {
     }
     exit(0)
 }
+#endif

@@ -8,6 +8,7 @@
 // here). Prints a Markdown table: what each ended with, when, and what the server saw. The full matrix of request
 // kinds through Requests is `ReusedConnectionFaultTests`.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -196,3 +197,4 @@ private final class LabOutcomes: @unchecked Sendable {
     func set(_ index: Int, _ value: LabCellOutcome) { lock.withLock { values[index] = value } }
     func get(_ index: Int) -> LabCellOutcome { lock.withLock { values[index] } }
 }
+#endif

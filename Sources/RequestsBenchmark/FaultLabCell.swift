@@ -1,6 +1,7 @@
 // One cell of `requests-bench --fault-lab`, run in a child process (`--fault-lab-cell`): raw URLSession can crash on
 // these faults, and a crash must end one cell only.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -227,3 +228,4 @@ extension Result {
         return nil
     }
 }
+#endif

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -500,3 +501,4 @@ func measureDecode(server: LoopbackServer, body: Data, rounds: Int) -> DecodeFig
     figures.decodeInsideLibrarySeconds = median(inside)
     return figures
 }
+#endif

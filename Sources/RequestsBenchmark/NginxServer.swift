@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -232,3 +233,4 @@ final class NginxServer {
         return false
     }
 }
+#endif

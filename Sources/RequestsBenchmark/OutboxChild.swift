@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -134,3 +135,4 @@ func runOutboxChild(_ arguments: [String]) -> Never {
     outbox.close()
     exit(0)
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -132,3 +133,4 @@ final class OutboxChildRun: @unchecked Sendable {
 private func sendSignal(_ pid: pid_t, _ number: Int32) {
     _ = kill(pid, number)
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -396,3 +397,4 @@ func runOutboxDrainCommand(_ arguments: [String]) -> Never {
     }
     exit(problems.isEmpty ? 0 : 1)
 }
+#endif

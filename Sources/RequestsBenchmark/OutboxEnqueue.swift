@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -262,3 +263,4 @@ func measureReopen(entries: Int, server: LoopbackServer) -> ReopenFigures {
     }
     return figures
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 import RequestsTestServer
 
@@ -274,3 +275,4 @@ func benchCommandLine() -> String {
     #endif
     return ([prefix] + CommandLine.arguments.dropFirst()).joined(separator: " ")
 }
+#endif

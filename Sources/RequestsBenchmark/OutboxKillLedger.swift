@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 import RequestsTestServer
 
@@ -169,3 +170,4 @@ struct FlagReader {
         return number
     }
 }
+#endif

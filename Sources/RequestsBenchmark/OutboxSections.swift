@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 import RequestsTestServer
 
@@ -107,3 +108,4 @@ func runOutboxEnqueueCommand(_ arguments: [String]) -> Never {
     print("Command: \(benchCommandLine())")
     exit(section.missingNumbers.isEmpty ? 0 : 1)
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 import Requests
 
@@ -49,3 +50,4 @@ func overheadSection(count: Int, rounds: Int) -> Section {
             + "queue waking a worker thread to start each request after the previous one's network wait.")
     return section
 }
+#endif

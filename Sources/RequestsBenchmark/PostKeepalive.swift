@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -265,3 +266,4 @@ func runPostKeepaliveCommand(_ arguments: [String]) -> Never {
     print(nginxFailures == 0 ? "No POST to nginx failed." : "FAILED: \(nginxFailures) POSTs to nginx failed")
     exit(nginxFailures == 0 ? 0 : 1)
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 
 /// Whether a figure meets its goal.
@@ -116,3 +117,4 @@ func signed(_ value: Double, _ decimals: Int) -> String {
 func verdict(_ inputs: [Double], passes: Bool) -> Verdict {
     inputs.allSatisfy(\.isFinite) ? (passes ? .pass : .miss) : .failed
 }
+#endif

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -235,3 +236,4 @@ extension URL {
         URL(string: absoluteString + "?" + query) ?? self
     }
 }
+#endif

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 import Foundation
 
 /// The goals the figures are held to.
@@ -210,3 +211,4 @@ func decodeSection(_ decode: DecodeFigures, rounds: Int) -> Section {
         decode.endToEndSeconds * 1000, decode.transferSeconds * 1000))
     return section
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -284,3 +285,4 @@ func runSoak(total: Int, server: SoakServer) -> Never {
         """)
     exit(passed ? 0 : 1)
 }
+#endif

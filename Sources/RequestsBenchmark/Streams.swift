@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -414,3 +415,4 @@ func streamSection(_ figures: StreamFigures, bytes: Int, events: Int) -> Section
         + "(docs/reliability.md says why Linux's URLSession is slow to close it).")
     return section
 }
+#endif

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -291,3 +292,4 @@ func measureThroughput(url: URL, concurrency: Int, requests: Int, warmup: Int, r
     }
     return cell
 }
+#endif

@@ -1,6 +1,7 @@
 // swift-format-ignore-file
 // Kept out of swift-format: the report-building code here uses aligned, hugging call layouts the formatter would rewrite.
 
+#if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -195,3 +196,4 @@ func transferSection(download: TransferFigures, upload: TransferFigures, bytes: 
         + "Bytes moved: download \(grouped(Double(download.bytes))), upload \(grouped(Double(upload.bytes))) of \(grouped(Double(bytes))).")
     return section
 }
+#endif

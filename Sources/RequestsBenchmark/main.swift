@@ -12,6 +12,10 @@
 // Everything here runs on the main thread and waits on semaphores; the work itself runs on the
 // sessions' delegate queues and the operation queues' threads, never on the main run loop.
 
+// requests-bench starts child processes (Foundation's `Process`), nginx and servers, and reads /proc: it runs on
+// macOS and Linux only. Every file of the target is inside `#if os(macOS) || os(Linux)`, so that an iOS, tvOS or
+// watchOS build of the whole package still compiles; there it says so and exits.
+#if os(macOS) || os(Linux)
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -573,3 +577,9 @@ if let writePath = options.writePath {
 }
 
 exit(missing.isEmpty && violations.isEmpty ? 0 : 1)
+#else
+import Foundation
+
+FileHandle.standardError.write(Data("requests-bench runs on macOS and Linux only: it starts child processes and servers\n".utf8))
+exit(2)
+#endif

@@ -51,7 +51,9 @@ public struct LoopbackResponse: Sendable {
 
     /// The HTTP status code.
     public var status: Int
-    /// Extra response headers. `Content-Length` is always computed by the server; a `Connection` header here replaces the default one.
+    /// Extra response headers. `Content-Length` is computed by the server, except for a status that has no body (1xx,
+    /// 204, 304), which sends one only when given here (the length a 304 may announce, with no body after it). A
+    /// `Connection` header here replaces the default one.
     public var headers: [String: String]
     /// The response body.
     public var body: Data

@@ -480,7 +480,10 @@ final class ServerCore: @unchecked Sendable {
     /// Sends a complete in-memory response. Returns `false` if the socket failed.
     func send(_ response: LoopbackResponse, on fd: Int32, keepAlive: Bool, isHead: Bool) -> Bool {
         let hasBody = !LoopbackResponse.statusHasNoBody(response.status)
-        var data = headerBlock(response, contentLength: hasBody ? response.body.count : nil, keepAlive: keepAlive)
+        // A status without a body sends a `Content-Length` only when the route gives one (a 304 may announce the
+        // representation's length).
+        let announced = response.headers.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) }
+        var data = headerBlock(response, contentLength: hasBody ? response.body.count : announced, keepAlive: keepAlive)
         if hasBody && !isHead { data.append(response.body) }
         return Sys.sendAll(fd, data)
     }

@@ -46,7 +46,7 @@ func signature(of request: URLRequest) -> String { "signed" }
 
 func retryAndAdapterUsage(queue: OperationQueue) {
     // article-example-begin
-    queue.requestPolicies.retryPolicy = RetryPolicy(retryableMethods: RetryPolicy.defaultRetryableMethods.union([.post]))
+    queue.requestPolicies.retryPolicy = RetryPolicy(alsoRetrying: [.post])
     // article-example-end
     // article-example-begin
     queue.requestPolicies.adapters.append(RequestAdapter { request, completion in

@@ -317,6 +317,8 @@ final class LoopbackServerTests: XCTestCase {
 
     /// Sends `text` on a new socket and returns everything received until the server closes (at most 10 s).
     private func rawExchange(_ text: String) throws -> String {
+        // A write to a socket the server has closed must fail with EPIPE, not end the test process with SIGPIPE: Linux
+        // takes MSG_NOSIGNAL on each send, Apple platforms SO_NOSIGPIPE on the socket (they have no MSG_NOSIGNAL).
         #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         let noSignal = Int32(MSG_NOSIGNAL)
@@ -326,6 +328,10 @@ final class LoopbackServerTests: XCTestCase {
         #endif
         XCTAssertGreaterThanOrEqual(fd, 0)
         defer { close(fd) }
+        #if canImport(Darwin)
+        var on: Int32 = 1
+        XCTAssertEqual(setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size)), 0, "SO_NOSIGPIPE, errno \(errno)")
+        #endif
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = server.port.bigEndian

@@ -189,7 +189,7 @@ final class RetryTests: XCTestCase {
         XCTAssertNil(policy.delay(afterAttempt: 10, method: "GET", error: error, response: nil))
         XCTAssertNil(policy.delay(afterAttempt: 1, method: "PATCH", error: error, response: nil))
         XCTAssertNil(policy.delay(afterAttempt: 1, method: "GET", error: URLError(.badURL), response: nil))
-        XCTAssertEqual(RetryPolicy(retryableMethods: ["get"]).delay(afterAttempt: 1, method: "GET", error: error, response: nil, random: 0.5), 0.5)
+        XCTAssertEqual(RetryPolicy(retryingOnly: ["get"]).delay(afterAttempt: 1, method: "GET", error: error, response: nil, random: 0.5), 0.5)
         XCTAssertTrue(RetryPolicy.default.retryableURLErrorCodes.contains(.badServerResponse), "a dropped connection on Linux")
         // Past the cap, jitter still spreads the clients
         XCTAssertEqual(policy.delay(afterAttempt: 9, method: "GET", error: error, response: nil, random: 0), 4)

@@ -112,11 +112,25 @@ final class ShortFormTests: XCTestCase {
     func testRetryableMethodsAreMethodsComparedWithoutCase() {
         let response = HTTPURLResponse(url: server.url("/"), statusCode: 503, httpVersion: nil, headerFields: nil)!
         let error = RequestQueueError.invalidStatusCode(statusCode: 503, response: response, body: Data())
-        let policy = RetryPolicy(jitter: 0, retryableMethods: [.post, "patch"])
+        let policy = RetryPolicy(jitter: 0, retryingOnly: [.post, "patch"])
         XCTAssertEqual(policy.retryableMethods, [.post, .patch])
         XCTAssertEqual(policy.delay(afterAttempt: 1, method: "post", error: error, response: nil), 0.5)
         XCTAssertEqual(policy.delay(afterAttempt: 1, method: "PATCH", error: error, response: nil), 0.5)
         XCTAssertNil(policy.delay(afterAttempt: 1, method: "GET", error: error, response: nil))
         XCTAssertNil(RetryPolicy.default.delay(afterAttempt: 1, method: "POST", error: error, response: nil))
+    }
+
+    func testAlsoRetryingAddsMethodsToTheIdempotentOnes() {
+        // The trap of issue 50: `retryableMethods: [.post]` stopped GET from being retried. `alsoRetrying:` adds.
+        let response = HTTPURLResponse(url: server.url("/"), statusCode: 503, httpVersion: nil, headerFields: nil)!
+        let error = RequestQueueError.invalidStatusCode(statusCode: 503, response: response, body: Data())
+        let policy = RetryPolicy(jitter: 0, alsoRetrying: [.post])
+        XCTAssertEqual(policy.retryableMethods, RetryPolicy.defaultRetryableMethods.union([.post]))
+        XCTAssertEqual(policy.delay(afterAttempt: 1, method: "GET", error: error, response: nil), 0.5)
+        XCTAssertEqual(policy.delay(afterAttempt: 1, method: "post", error: error, response: nil), 0.5)
+        XCTAssertNil(policy.delay(afterAttempt: 1, method: "PATCH", error: error, response: nil))
+        XCTAssertEqual(RetryPolicy().retryableMethods, RetryPolicy.defaultRetryableMethods)
+        XCTAssertEqual(RetryPolicy(maxAttempts: 5).retryableMethods, RetryPolicy.defaultRetryableMethods)
+        XCTAssertEqual(RetryPolicy(retryingOnly: [.get]).retryableMethods, [.get])
     }
 }

@@ -92,6 +92,54 @@ extension RequestOperation where Success: Sendable {
     }
 }
 
+extension Operation {
+    /// Waits, without blocking a thread, until this operation has finished, then returns; throws `CancellationError`
+    /// if the waiting `Task` is cancelled first. Any operation can be awaited this way: one the library returns (the
+    /// step of ``RequestOperation/whenFinished(on:_:)``, a batch) or one of your own, finished already, running, or
+    /// not started yet (the wait lasts until its queue has run it; an operation never added to a queue or started
+    /// never finishes).
+    ///
+    /// ```swift
+    /// let shown = list.whenFinished(with: first) { _, post in print((try? post.get())?.title ?? "none") }
+    /// try await shown.finished()
+    /// ```
+    ///
+    /// The way for a command-line tool to wait for a step on `OperationQueue.main`: `waitUntilFinished()` on the main
+    /// thread deadlocks there, because the main queue runs the step only while the main thread is free, and `await`
+    /// leaves it free. Waiting does not own the operation: cancelling the waiting `Task` ends the wait and leaves
+    /// the operation as it was (cancel the operation itself to cancel it). Wait with as many tasks as you like.
+    public func finished(isolation: isolated (any Actor)? = #isolation) async throws {
+        let wait = ResultWait<Void>()
+        let cancellation = OperationCancellation()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                wait.start(continuation)
+                // A step that depends on this operation, on a queue of its own: it runs once this operation has
+                // finished (at once if it has), and, cancelled, leaves its dependency alone.
+                let step = ResultStepOperation.add(to: FinishWatchers.shared.queue, after: [self]) { wait.resume(with: .success(())) }
+                cancellation.attach(step)
+            }
+        } onCancel: {
+            wait.resume(with: .failure(CancellationError()))
+            cancellation.cancel()
+        }
+    }
+
+}
+
+/// The queue of the steps that `Operation.finished(isolation:)` waits for: each one is ready only once the operation it
+/// watches has finished, so none takes a thread while it waits. (A box: Apple's SDKs do not mark `OperationQueue`
+/// `Sendable`, although it is documented as safe to use from any thread.)
+private final class FinishWatchers: @unchecked Sendable {
+    static let shared = FinishWatchers()
+    let queue: OperationQueue
+
+    private init() {
+        queue = OperationQueue()
+        queue.name = "Requests.Operation.finished"
+    }
+}
+
 /// One wait for an operation's value: resumed once, by the result or by the waiting Task's cancellation, whichever
 /// comes first (the cancellation may come before the wait starts).
 private final class ResultWait<Success: Sendable>: @unchecked Sendable {

@@ -60,11 +60,13 @@ public protocol DecodableRequest: DataRequest where Success: Decodable {
     /// Return your own (for example a shared, preconfigured one) to take full control; the strategies are then ignored.
     var jsonDecoder: JSONDecoder { get }
 
-    /// Statuses whose empty body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``.
+    /// Statuses whose empty body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``, besides
+    /// those of responses that never have a body (a `1xx`, `204`, `205` or `304`, and any answer to `HEAD`), which always
+    /// count. List a status here for an API that answers it with nothing, such as a `201` without a body.
     /// Default: 204 and 205.
     var emptyResponseStatusCodes: Set<Int> { get }
-    /// Methods whose empty response body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``.
-    /// Default: `HEAD`.
+    /// Methods whose empty response body is `Success`'s empty value, when `Success` conforms to ``EmptyResponse``,
+    /// besides `HEAD`, which always counts. Default: `HEAD`.
     var emptyResponseMethods: Set<HTTPMethod> { get }
 }
 

@@ -81,8 +81,9 @@ extension DataRequest {
     }
 }
 
-/// A ``DecodableRequest``'s rules for an empty body: `Success`'s empty value for the statuses and methods the request
-/// lists, when `Success` can be empty; ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)`` otherwise.
+/// A ``DecodableRequest``'s rules for an empty body: `Success`'s empty value, when `Success` can be empty, for a response
+/// that has no body (``ResponseBodyRule``: a `HEAD`'s, a `1xx`, `204`, `205` or `304`) and for the statuses and
+/// methods the request lists; ``RequestQueueError/unexpectedEmptyBody(statusCode:method:)`` otherwise.
 struct EmptyBodyRule<Success> {
     let statusCodes: Set<Int>
     let methods: Set<HTTPMethod>
@@ -95,7 +96,8 @@ struct EmptyBodyRule<Success> {
     func value<R: DataRequest>(of data: Data, response: HTTPURLResponse, sent: URLRequest, processing request: R) throws -> Success
     where R.Success == Success {
         let method = HTTPMethod(rawValue: sent.httpMethod ?? "GET")
-        if statusCodes.contains(response.statusCode) || methods.contains(method),
+        let hasNoBody = !ResponseBodyRule.hasBody(status: response.statusCode, method: method.rawValue)
+        if hasNoBody || statusCodes.contains(response.statusCode) || methods.contains(method),
             let empty = (Success.self as? EmptyResponse.Type)?.emptyValue() as? Success
         {
             return empty

@@ -210,6 +210,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                 rules.keepsOutOfPlatformCache = run.cachedAttempt != nil
                 rules.redirectsSoFar = redirectsSoFar
                 rules.resentAfterLostConnection = afterLostConnection
+                rules.method = urlRequest.httpMethod ?? "GET"
                 return (currentAttempt(sending: urlRequest), run.taskObserver, rules)
             })
         else { return }

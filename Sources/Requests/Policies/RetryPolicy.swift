@@ -22,8 +22,9 @@ public struct RetryPolicy: Sendable {
     /// not retry in step. `Retry-After` delays are not jittered. Default: 0.2.
     public var jitter: Double
     /// Only requests with these methods (compared without regard to case) are retried. Default: the
-    /// idempotent ones, GET, HEAD, PUT, DELETE, OPTIONS and TRACE. Add `.post` or `.patch` only for an API that makes
-    /// them safe to repeat (an idempotency key, for example): a retried POST whose first answer was lost applies twice.
+    /// idempotent ones, GET, HEAD, PUT, DELETE, OPTIONS and TRACE. Add `.post` or `.patch` (`alsoRetrying:` in the
+    /// initializer) only for an API that makes them safe to repeat (an idempotency key, for example): a retried POST
+    /// whose first answer was lost applies twice.
     public var retryableMethods: Set<HTTPMethod>
     /// Responses with these statuses are retried. Default: 408, 429, 500, 502, 503, 504.
     public var retryableStatusCodes: Set<Int>
@@ -43,7 +44,59 @@ public struct RetryPolicy: Sendable {
     /// attempt, as for ``RetryDecision/doNotRetry``. Default: 30 s.
     public var retrierTimeout: TimeInterval = 30
 
-    /// A policy with the defaults above, each of which can be changed here.
+    /// A policy with the defaults above, each of which can be changed here. The idempotent methods are always
+    /// retried; `alsoRetrying` adds others: `RetryPolicy(alsoRetrying: [.post])` retries a `POST` too, for an API that
+    /// makes it safe to repeat (an idempotency key, for example). For another set of methods altogether, use
+    /// ``init(maxAttempts:baseDelay:backoffMultiplier:maxDelay:jitter:retryingOnly:retryableStatusCodes:retryableURLErrorCodes:honorsRetryAfter:)``.
+    public init(
+        maxAttempts: Int = 3,
+        baseDelay: TimeInterval = 0.5,
+        backoffMultiplier: Double = 2,
+        maxDelay: TimeInterval = 30,
+        jitter: Double = 0.2,
+        alsoRetrying extraMethods: Set<HTTPMethod> = [],
+        retryableStatusCodes: Set<Int> = RetryPolicy.defaultRetryableStatusCodes,
+        retryableURLErrorCodes: Set<URLError.Code> = RetryPolicy.defaultRetryableURLErrorCodes,
+        honorsRetryAfter: Bool = true
+    ) {
+        self.init(
+            maxAttempts: maxAttempts, baseDelay: baseDelay, backoffMultiplier: backoffMultiplier, maxDelay: maxDelay, jitter: jitter,
+            retryingOnly: RetryPolicy.defaultRetryableMethods.union(extraMethods), retryableStatusCodes: retryableStatusCodes,
+            retryableURLErrorCodes: retryableURLErrorCodes, honorsRetryAfter: honorsRetryAfter)
+    }
+
+    /// A policy that retries the methods in `methods` and no others (compared without regard to case), for example
+    /// `RetryPolicy(retryingOnly: [.get])`; the other parameters as in
+    /// ``init(maxAttempts:baseDelay:backoffMultiplier:maxDelay:jitter:alsoRetrying:retryableStatusCodes:retryableURLErrorCodes:honorsRetryAfter:)``.
+    public init(
+        maxAttempts: Int = 3,
+        baseDelay: TimeInterval = 0.5,
+        backoffMultiplier: Double = 2,
+        maxDelay: TimeInterval = 30,
+        jitter: Double = 0.2,
+        retryingOnly methods: Set<HTTPMethod>,
+        retryableStatusCodes: Set<Int> = RetryPolicy.defaultRetryableStatusCodes,
+        retryableURLErrorCodes: Set<URLError.Code> = RetryPolicy.defaultRetryableURLErrorCodes,
+        honorsRetryAfter: Bool = true
+    ) {
+        self.maxAttempts = maxAttempts
+        self.baseDelay = baseDelay
+        self.backoffMultiplier = backoffMultiplier
+        self.maxDelay = maxDelay
+        self.jitter = jitter
+        self.retryableMethods = Set(methods.map { HTTPMethod(rawValue: $0.rawValue.uppercased()) })
+        self.retryableStatusCodes = retryableStatusCodes
+        self.retryableURLErrorCodes = retryableURLErrorCodes
+        self.honorsRetryAfter = honorsRetryAfter
+    }
+
+    /// The policy that retries exactly `retryableMethods`. Deprecated because the name hid that: `[.post]` alone
+    /// stopped `GET` and the other idempotent methods from being retried.
+    @_disfavoredOverload
+    @available(
+        *, deprecated,
+        message: "retryableMethods: replaces the idempotent methods ([.post] stops GET from being retried): use alsoRetrying: to add, retryingOnly: for an exact set"
+    )
     public init(
         maxAttempts: Int = 3,
         baseDelay: TimeInterval = 0.5,
@@ -55,21 +108,20 @@ public struct RetryPolicy: Sendable {
         retryableURLErrorCodes: Set<URLError.Code> = RetryPolicy.defaultRetryableURLErrorCodes,
         honorsRetryAfter: Bool = true
     ) {
-        self.maxAttempts = maxAttempts
-        self.baseDelay = baseDelay
-        self.backoffMultiplier = backoffMultiplier
-        self.maxDelay = maxDelay
-        self.jitter = jitter
-        self.retryableMethods = Set(retryableMethods.map { HTTPMethod(rawValue: $0.rawValue.uppercased()) })
-        self.retryableStatusCodes = retryableStatusCodes
-        self.retryableURLErrorCodes = retryableURLErrorCodes
-        self.honorsRetryAfter = honorsRetryAfter
+        self.init(
+            maxAttempts: maxAttempts, baseDelay: baseDelay, backoffMultiplier: backoffMultiplier, maxDelay: maxDelay, jitter: jitter,
+            retryingOnly: retryableMethods, retryableStatusCodes: retryableStatusCodes, retryableURLErrorCodes: retryableURLErrorCodes,
+            honorsRetryAfter: honorsRetryAfter)
     }
 
-    /// The policy with `retryableMethods` as strings, as before they were ``HTTPMethod``s; the other parameters as
-    /// in ``init(maxAttempts:baseDelay:backoffMultiplier:maxDelay:jitter:retryableMethods:retryableStatusCodes:retryableURLErrorCodes:honorsRetryAfter:)``.
+    /// The policy that retries exactly `retryableMethods`, given as strings, as before they were ``HTTPMethod``s; the
+    /// other parameters as in
+    /// ``init(maxAttempts:baseDelay:backoffMultiplier:maxDelay:jitter:retryingOnly:retryableStatusCodes:retryableURLErrorCodes:honorsRetryAfter:)``.
     @_disfavoredOverload
-    @available(*, deprecated, message: "pass retryableMethods as a Set<HTTPMethod>, such as [.get, .post]")
+    @available(
+        *, deprecated,
+        message: "pass HTTPMethods to alsoRetrying: (added to the idempotent methods), such as [.post], or to retryingOnly: (an exact set)"
+    )
     public init(
         maxAttempts: Int = 3,
         baseDelay: TimeInterval = 0.5,
@@ -83,7 +135,7 @@ public struct RetryPolicy: Sendable {
     ) {
         self.init(
             maxAttempts: maxAttempts, baseDelay: baseDelay, backoffMultiplier: backoffMultiplier, maxDelay: maxDelay,
-            jitter: jitter, retryableMethods: Set(retryableMethods.map(HTTPMethod.init(rawValue:))),
+            jitter: jitter, retryingOnly: Set(retryableMethods.map(HTTPMethod.init(rawValue:))),
             retryableStatusCodes: retryableStatusCodes, retryableURLErrorCodes: retryableURLErrorCodes,
             honorsRetryAfter: honorsRetryAfter)
     }

@@ -101,9 +101,10 @@ public struct ServerSentEventDecoder: StreamDecoder {
     /// ``reconnectionTime``.
     public var reconnectionDelay: TimeInterval? { reconnectionTime }
 
-    /// Throws ``StreamError/notAnEventStream(contentType:)`` unless the response is `text/event-stream` or a 204.
+    /// Throws ``StreamError/notAnEventStream(contentType:)`` unless the response is `text/event-stream`, or has no
+    /// body (a 204, which tells the client not to reconnect, a 205 or a 304).
     public func validate(_ response: HTTPURLResponse) throws {
-        guard response.statusCode != 204 else { return }
+        guard ResponseBodyRule.hasBody(status: response.statusCode, method: nil) else { return }
         let contentType = response.value(forHTTPHeaderField: "Content-Type")
         let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         guard mediaType == "text/event-stream" else { throw StreamError.notAnEventStream(contentType: contentType) }

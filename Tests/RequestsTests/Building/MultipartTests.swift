@@ -78,8 +78,10 @@ final class MultipartTests: XCTestCase {
             XCTAssertNotNil(request.httpBodyStream)
             XCTAssertEqual(length, expected.httpBody?.count)
             #if canImport(FoundationNetworking)
-            // On Apple platforms the file keeps its name until the stream is released, to answer needNewBodyStream.
             XCTAssertTrue(leftoverTemporaryFiles().isEmpty, "the file is unlinked as soon as it is created")
+            #else
+            // On Apple platforms the file keeps its name until the stream is released, to answer needNewBodyStream.
+            XCTAssertEqual(leftoverTemporaryFiles().count, 1, "the stream's file, named until the stream is released")
             #endif
             #if os(Linux)
             XCTAssertEqual(openTemporaryDescriptors().count, 1, "the stream holds the file open")
@@ -103,9 +105,10 @@ final class MultipartTests: XCTestCase {
         }
         #if canImport(FoundationNetworking)
         XCTAssertEqual(filesSeenByServer.value, [])
+        #else
+        XCTAssertEqual(filesSeenByServer.value?.count, 1, "named while the stream is sent")
         #endif
-        waitUntil("no descriptor of a temporary file is left") { openTemporaryDescriptors().isEmpty }
-        XCTAssertTrue(leftoverTemporaryFiles().isEmpty)
+        waitUntil("no temporary file is left, open or named") { noTemporaryFileIsLeft() }
     }
 
     func testEveryApplyMakesAFreshBody() throws {
@@ -147,9 +150,13 @@ final class MultipartTests: XCTestCase {
             XCTAssertEqual(stream.read(&buffer, maxLength: buffer.count), 1000)
             #if os(Linux)
             XCTAssertEqual(openTemporaryDescriptors().count, 2)
+            #else
+            // Named files; only the stream that was opened holds a descriptor.
+            XCTAssertEqual(leftoverTemporaryFiles().count, 2)
+            XCTAssertEqual(openTemporaryDescriptors().count, 1)
             #endif
         }
-        waitUntil("released streams close their file") { openTemporaryDescriptors().isEmpty }
+        waitUntil("released streams close and remove their file") { noTemporaryFileIsLeft() }
 
         let done = expectation(description: "cancelled")
         do {
@@ -164,8 +171,7 @@ final class MultipartTests: XCTestCase {
             task.cancel()
         }
         wait(for: [done], timeout: 10)
-        waitUntil("a cancelled request's stream closes its file") { openTemporaryDescriptors().isEmpty }
-        XCTAssertTrue(leftoverTemporaryFiles().isEmpty)
+        waitUntil("a cancelled request's stream closes and removes its file") { noTemporaryFileIsLeft() }
     }
 
     // MARK: - Errors
@@ -384,15 +390,29 @@ private func leftoverTemporaryFiles() -> [String] {
     return names.filter { $0.hasPrefix("Requests-multipart-") }
 }
 
-/// This process's open descriptors of the builder's temporary files (Linux; empty elsewhere).
+/// This process's open descriptors of the builder's temporary files: read from /proc/self/fd on Linux (where the files
+/// are unlinked, so a descriptor is all that is left of them), and with `fcntl(F_GETPATH)` on Apple platforms.
 private func openTemporaryDescriptors() -> [String] {
     #if os(Linux)
     let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
     return descriptors.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)") }
         .filter { $0.contains("/Requests-multipart-") }
+    #elseif canImport(Darwin)
+    var paths: [String] = []
+    var buffer = [CChar](repeating: 0, count: Int(MAXPATHLEN))
+    for fd in 0..<getdtablesize() where fcntl(fd, F_GETPATH, &buffer) != -1 {
+        let path = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if path.contains("/Requests-multipart-") { paths.append(path) }
+    }
+    return paths
     #else
     return []
     #endif
+}
+
+/// Whether every temporary file of the builder is gone: no descriptor open, and no name left in the temporary directory.
+private func noTemporaryFileIsLeft() -> Bool {
+    openTemporaryDescriptors().isEmpty && leftoverTemporaryFiles().isEmpty
 }
 
 /// Hands out the given boundaries in turn, then the last one again; counts how many were taken.

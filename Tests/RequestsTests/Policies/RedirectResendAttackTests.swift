@@ -209,7 +209,7 @@ final class RedirectResendAttackTests: RedirectResendTestCase {
                 return landed.count == 1 ? LoopbackResponse(status: 503) : .json(resendRecipe)
             }
             let (first, firsts) = hop(307, to: landing)
-            let retry = RetryPolicy(maxAttempts: 3, baseDelay: 0, jitter: 0, retryableMethods: ["POST"])
+            let retry = RetryPolicy(maxAttempts: 3, baseDelay: 0, jitter: 0, retryingOnly: ["POST"])
             let monitor = ResendMonitor()
 
             // When the kind POSTs there

@@ -65,7 +65,7 @@ final class FileSink: TransferSink, @unchecked Sendable {
         let mismatch = DownloadError.rangeMismatch(contentRange: contentRangeHeader, status: status)
         var file = freshFile
         var offset: Int64 = 0
-        var total = response.expectedContentLength
+        var total = ResponseBodyRule.expectedLength(of: response, method: rules.method)
         var validator = http.flatMap(PartialFile.validator(of:))
         if status == 206 {
             if let resuming {

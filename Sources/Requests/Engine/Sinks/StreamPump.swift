@@ -150,7 +150,8 @@ extension StreamRequestOperation {
     func check(_ response: HTTPURLResponse, transfer: StreamSink) {
         guard let (validations, sent, decoder) = ifNotCompleted({ (policies.validations, run.sentRequest, currentDecoder) }) else { return }
         withLock { (run.response, stream.lastResponse) = (response, response) }
-        guard response.statusCode != 204 else {
+        // A response without a body (a 204, which also says not to reconnect) ends the stream, with no element.
+        guard ResponseBodyRule.hasBody(status: response.statusCode, method: sent?.httpMethod) else {
             withLock { stream.phase = .closedByServer }
             return
         }

@@ -16,6 +16,9 @@ struct TransferRules: Sendable {
     /// Whether the attempt's request was sent again already after a connection that broke before any answer (see
     /// `LostConnectionResend`).
     var resentAfterLostConnection = false
+    /// The method the attempt's request was sent with, for ``ResponseBodyRule`` (a `HEAD` stays a `HEAD` through
+    /// redirects, and no other method becomes one).
+    var method = "GET"
 
     init(_ policies: RequestPolicies) {
         limits = policies.limits
@@ -149,7 +152,7 @@ class TransferSink: @unchecked Sendable {
             defer { bufferedBody = Data() }
             return bufferedBody
         }
-        let expected = response?.expectedContentLength ?? -1
+        let expected = response.map { ResponseBodyRule.expectedLength(of: $0, method: rules.method) } ?? -1
         let reported = error.map { Self.cutConnection($0, received: Int64(body.count), expected: expected) ?? $0 }
         finish(body: .data(body), response: response, error: reported)
     }
@@ -182,11 +185,8 @@ class TransferSink: @unchecked Sendable {
             return false
         }
         startWindowIfNeeded()
-        // A HEAD response, a 304 and a 204 may announce the length of a body they do not send. (The task's request is
-        // read only when the length is over the limit: reading it is a synchronous hop on Linux.)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 200
-        var hasBody: Bool { status >= 200 && status != 204 && status != 304 && lock.withLock({ task })?.currentRequest?.httpMethod != "HEAD" }
-        if let limit = bodyLimit, response.expectedContentLength > limit, hasBody {
+        // A response without a body (a HEAD's, a 304's) may announce the length of one it does not send.
+        if let limit = bodyLimit, ResponseBodyRule.expectedLength(of: response, method: rules.method) > limit {
             // Linux ignores the `.cancel` answer (see `TransferSession`), so the task is cancelled too.
             return refuse(TransferLimitError.responseTooLarge(limit: limit))
         }

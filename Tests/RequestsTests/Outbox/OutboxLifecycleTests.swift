@@ -15,7 +15,11 @@ struct GatedNote: OutboxRequest, NoContentRequest {
 
     /// Each attempt passes the gate, then goes to `OutboxTarget.base`.
     var adapters: [RequestAdapter] {
-        [RequestAdapter.map { NoteGate.shared.pass(); return $0 }, OutboxTarget.retargeting]
+        [
+            RequestAdapter.map {
+                NoteGate.shared.pass(); return $0
+            }, OutboxTarget.retargeting,
+        ]
     }
 
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {

@@ -28,7 +28,11 @@ final class MakeCounter: @unchecked Sendable {
     static let shared = MakeCounter()
     private let lock = NSLock()
     private var count = 0
-    func next() -> Int { lock.withLock { count += 1; return count } }
+    func next() -> Int {
+        lock.withLock {
+            count += 1; return count
+        }
+    }
 }
 
 /// A server that fingerprints each key's payload, as the IETF idempotency draft allows: the first delivery of a key

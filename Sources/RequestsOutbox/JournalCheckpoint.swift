@@ -252,8 +252,11 @@ extension JournalCheckpoint {
             return same.contains(where: { scan.recordsEnd >= $0.length }) && highest >= state.highestID ? nil : .shortened
         }
         guard holdsJournal(bytes, zerosCount: false) else { return .replaced }
-        // A damaged header (its floor lost: the ids are not compared): the records must still reach the length.
-        return bytes.count >= JournalFormat.fileHeaderSize && files.contains(where: { scan.recordsEnd >= $0.length }) ? nil : .shortened
+        // A damaged header of this journal (its floor lost: the ids are not compared): the records after it must
+        // still reach the length.
+        guard bytes.count >= JournalFormat.fileHeaderSize else { return .shortened }
+        let reach = max(scan.recordsEnd, UInt64(JournalFormat.fileHeaderSize))
+        return files.contains(where: { reach >= $0.length }) ? nil : .shortened
     }
 
     /// Whether `bytes` (a journal file's, not empty) are, or were, a journal: they start with the magic (or are a

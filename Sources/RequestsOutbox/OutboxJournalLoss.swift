@@ -47,7 +47,9 @@ public struct OutboxJournalLoss: Sendable, Equatable {
     /// when it is current, a lost entry is not counted when another one that the checkpoint did not know is found
     /// in its place.
     public var entriesKnownLost: Int { max(0, (entriesAtLastCheckpoint ?? 0) - entriesFound) }
+}
 
+extension OutboxJournalLoss {
     /// The journal's event, as the outbox reports it.
     init(_ kind: JournalLossKind, recordsAtCheckpoint: Int?, recordsFound: Int) {
         switch kind {

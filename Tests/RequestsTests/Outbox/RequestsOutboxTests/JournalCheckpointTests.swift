@@ -228,6 +228,24 @@ final class JournalCheckpointTests: XCTestCase {
         XCTAssertEqual(try reopened.append([Data()]), [21])
     }
 
+    /// The file's length is what the checkpoint knew, but its last record was overwritten with an earlier one of the
+    /// same size: the ids found stop below the checkpoint's highest.
+    func testIdsThatStopBelowTheCheckpointsHighestAreShortened() throws {
+        let memory = MemoryFileSystem()
+        let journal = try Journal(directory: folder, options: .exactSize, fileSystem: memory)
+        for number in 1...20 { try journal.append([Data(repeating: UInt8(number), count: 16)]) }
+        journal.close()
+        var bytes = try XCTUnwrap(memory.contents(of: "journal"))
+        let size = JournalFormat.recordHeaderSize + 16
+        XCTAssertEqual(bytes.count, 32 + 20 * size)
+        bytes.replaceSubrange(32 + 19 * size..<32 + 20 * size, with: bytes[32 + 18 * size..<32 + 19 * size])
+        memory.setContents(of: "journal", to: bytes)
+        let (reopened, events) = try open(memory)
+        XCTAssertEqual(events, [.lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 20, recordsFound: 19)])
+        XCTAssertEqual(reopened.recovered.map(\.id), Array(1...19))
+        XCTAssertEqual(try reopened.append([Data()]), [21])
+    }
+
     /// The ids the checkpoint knew were given stay given, even when the only file that recorded them (a compacted
     /// file's header) is damaged.
     func testADamagedHeaderLosesNoIdTheCheckpointKnew() throws {

@@ -108,6 +108,36 @@ final class JournalCheckpointTests: XCTestCase {
         journal.close()
     }
 
+    func testASlotReadsBackAsWrittenAndAnythingElseIsRefused() throws {
+        let identity = JournalFileIdentity(floor: 7, fileID: 0xDEAD_BEEF)
+        let states = [
+            JournalCheckpointState(file: .init(identity: identity, length: 1234), liveRecords: 5, highestID: 9),
+            JournalCheckpointState(file: .init(identity: nil, length: 99), liveRecords: 0, highestID: 0),
+            JournalCheckpointState(
+                file: .init(identity: identity, length: 500), replacement: .init(identity: JournalFileIdentity(floor: 10, fileID: 3), length: 80),
+                liveRecords: 2, highestID: 9),
+        ]
+        for (number, state) in states.enumerated() {
+            let slot = JournalCheckpoint.encode(state, sequence: UInt64(40 + number))
+            XCTAssertEqual(slot.count, JournalCheckpoint.slotSize)
+            var expected = state
+            expected.sequence = UInt64(40 + number)
+            XCTAssertEqual(slot.withUnsafeBytes { JournalCheckpoint.decode($0) }, expected)
+            // A reserved field set, with its checksum right, is not a slot this version wrote.
+            for reserved in [52, 76, 92] {
+                var bytes = slot
+                bytes[reserved] = 1
+                let crc = bytes.prefix(88).withUnsafeBytes { CRC32C.checksum($0) }
+                withUnsafeBytes(of: crc.littleEndian) { bytes.replaceSubrange(88..<92, with: $0) }
+                XCTAssertNil(bytes.withUnsafeBytes { JournalCheckpoint.decode($0) }, "reserved byte \(reserved)")
+            }
+        }
+        // A highest id no journal reaches (it would overflow the next ids) is refused too.
+        let huge = JournalCheckpoint.encode(
+            JournalCheckpointState(file: .init(identity: identity, length: 32), liveRecords: 0, highestID: .max - 1), sequence: 1)
+        XCTAssertNil(huge.withUnsafeBytes { JournalCheckpoint.decode($0) })
+    }
+
     /// Group commits write the slot that is not the synced one: a torn write of it leaves the synced one, an older
     /// but true checkpoint.
     func testWritesGoToTheSlotThatIsNotSyncedAndATornOneFallsBackToTheOther() throws {

@@ -225,7 +225,9 @@ extension Journal {
             var found = scan.events
             if let lost {
                 // A file that is no journal was not damaged: the header "skipped" or "torn" is the replacement.
-                if lost == .replaced { found.removeAll { $0 == .skippedCorruptRecord(file: journalURL.path, offset: 0) || $0 == .discardedTornTail(file: journalURL.path, offset: 0) } }
+                if lost == .replaced {
+                    found.removeAll { $0 == .skippedCorruptRecord(file: journalURL.path, offset: 0) || $0 == .discardedTornTail(file: journalURL.path, offset: 0) }
+                }
                 let path = lost == .checkpointDamaged ? checkpointURL.path : journalURL.path
                 found.insert(.lost(file: path, kind: lost, recordsAtCheckpoint: recordsAtCheckpoint, recordsFound: records.count), at: 0)
             }

@@ -199,14 +199,18 @@ final class JournalCheckpointTests: XCTestCase {
                 damage: { memory, file in memory.setContents(of: "journal", to: self.randomBytes(file.count, seed: 7)) },
                 expected: { file in
                     // Not one damaged record ("skipped 1"), but the file: then rewritten with a header of its own.
-                    [.lost(file: journalPath, kind: .replaced, recordsAtCheckpoint: 20, recordsFound: 0),
-                     .compacted(bytesBefore: UInt64(file.count), bytesAfter: 32)]
+                    [
+                        .lost(file: journalPath, kind: .replaced, recordsAtCheckpoint: 20, recordsFound: 0),
+                        .compacted(bytesBefore: UInt64(file.count), bytesAfter: 32),
+                    ]
                 }, found: 0),
             Case(
                 name: "zeros of the same size", damage: { memory, file in memory.setContents(of: "journal", to: Data(count: file.count)) },
                 expected: { file in
-                    [.lost(file: journalPath, kind: .replaced, recordsAtCheckpoint: 20, recordsFound: 0),
-                     .compacted(bytesBefore: UInt64(file.count), bytesAfter: 32)]
+                    [
+                        .lost(file: journalPath, kind: .replaced, recordsAtCheckpoint: 20, recordsFound: 0),
+                        .compacted(bytesBefore: UInt64(file.count), bytesAfter: 32),
+                    ]
                 }, found: 0),
             Case(
                 name: "another journal's file", damage: { memory, _ in memory.setContents(of: "journal", to: foreignFile) },
@@ -214,14 +218,18 @@ final class JournalCheckpointTests: XCTestCase {
             Case(
                 name: "cut in half", damage: { memory, file in memory.setContents(of: "journal", to: file.prefix(half)) },
                 expected: { _ in
-                    [.lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 20, recordsFound: wholeBeforeHalf.count),
-                     .discardedTornTail(file: journalPath, offset: UInt64(wholeBeforeHalf.last ?? 0))]
+                    [
+                        .lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 20, recordsFound: wholeBeforeHalf.count),
+                        .discardedTornTail(file: journalPath, offset: UInt64(wholeBeforeHalf.last ?? 0)),
+                    ]
                 }, found: wholeBeforeHalf.count),
             Case(
                 name: "cut to 10 bytes", damage: { memory, file in memory.setContents(of: "journal", to: file.prefix(10)) },
                 expected: { _ in
-                    [.lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 20, recordsFound: 0),
-                     .discardedTornTail(file: journalPath, offset: 0)]
+                    [
+                        .lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 20, recordsFound: 0),
+                        .discardedTornTail(file: journalPath, offset: 0),
+                    ]
                 }, found: 0),
             Case(
                 name: "cut after its 12th record", damage: { memory, file in memory.setContents(of: "journal", to: file.prefix(ends[11])) },
@@ -326,9 +334,12 @@ final class JournalCheckpointTests: XCTestCase {
         for bytes in [Data(count: 100), Data("RQJO".utf8)] {
             let fresh = MemoryFileSystem()
             fresh.setContents(of: "journal", to: bytes)
-            let expected: [JournalEvent] = bytes.count < 32 ? [.discardedTornTail(file: journalPath, offset: 0)] : [
-                .skippedCorruptRecord(file: journalPath, offset: 0), .compacted(bytesBefore: 100, bytesAfter: 32),
-            ]
+            let expected: [JournalEvent] =
+                bytes.count < 32
+                ? [.discardedTornTail(file: journalPath, offset: 0)]
+                : [
+                    .skippedCorruptRecord(file: journalPath, offset: 0), .compacted(bytesBefore: 100, bytesAfter: 32),
+                ]
             XCTAssertEqual(try open(fresh).1, expected)
         }
     }
@@ -398,8 +409,10 @@ final class JournalCheckpointTests: XCTestCase {
         memory.setContents(of: "journal", to: removal.prefix(removal.count - 1))
         XCTAssertEqual(
             try open(memory).1,
-            [.lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 2, recordsFound: 1),
-             .discardedTornTail(file: journalPath, offset: UInt64(removal.count - 28 - samplePayload(20).count))])
+            [
+                .lost(file: journalPath, kind: .shortened, recordsAtCheckpoint: 2, recordsFound: 1),
+                .discardedTornTail(file: journalPath, offset: UInt64(removal.count - 28 - samplePayload(20).count)),
+            ])
     }
 
     /// The compaction's folder sync fails: until a later sync makes the rename durable, a crash may leave either

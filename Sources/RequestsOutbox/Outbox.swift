@@ -22,8 +22,8 @@ import Requests
 ///
 /// The folder is locked while the outbox is open (until ``close()``, or until it is released): a second outbox on
 /// it, in this process or another, fails with ``OutboxError/folderInUse(_:)``. Files are readable only by the user.
-/// What opening found (resumed entries, damaged records skipped) is in ``openingReport`` and goes to the queue's
-/// monitors that are ``OutboxMonitor``s. See <doc:DurableOutbox>.
+/// What opening found (resumed entries, damaged records skipped, a journal found lost since the last checkpoint) is
+/// in ``openingReport`` and goes to the queue's monitors that are ``OutboxMonitor``s. See <doc:DurableOutbox>.
 public final class Outbox: @unchecked Sendable {
     /// The folder the journal is in.
     public let directory: URL

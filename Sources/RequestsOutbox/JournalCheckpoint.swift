@@ -94,10 +94,12 @@ final class JournalCheckpoint: @unchecked Sendable {
         self.highestID = highestID
         let state = JournalCheckpointState(file: .init(identity: file, length: length), liveRecords: UInt64(liveRecords), highestID: highestID)
         if case let .valid(found, slot) = stored {
-            // The other slot gets the new state; the file keeps its size (cut if it grew).
+            // The newest slot may be a write that a process which died left unsynced: synced first, so that it is the
+            // synced one before the other is overwritten. The file keeps its size (cut if it grew).
             syncedSlot = slot
             sequence = found.sequence
             if size > UInt64(Self.fileSize) { try fileSystem.truncate(descriptor, to: UInt64(Self.fileSize)) }
+            try fileSystem.syncData(descriptor)
             try write(state, sync: true)
         } else {
             // A new file, or one whose slots are all unreadable: written whole, slot 0 the new state.

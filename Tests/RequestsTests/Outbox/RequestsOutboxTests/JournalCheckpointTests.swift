@@ -474,12 +474,12 @@ final class JournalCheckpointTests: XCTestCase {
         let memory = MemoryFileSystem()
         try storeTwenty(in: memory)
         let fileSystem = FaultyFileSystem(memory)
-        // Its size and its read succeed; its write fails.
-        fileSystem.setFault { call, number, _ in call == .checkpoint && number == 3 ? .fail(errno: EIO, writtenFirst: 0) : nil }
+        // Its size, its read and the sync of what it holds succeed; its write fails.
+        fileSystem.setFault { call, number, _ in call == .checkpoint && number == 4 ? .fail(errno: EIO, writtenFirst: 0) : nil }
         XCTAssertThrowsError(try Journal(directory: folder, fileSystem: fileSystem)) {
             XCTAssertEqual($0 as? JournalError, .writeFailed(errno: EIO, operation: "checkpoint"))
         }
-        XCTAssertEqual(fileSystem.count(.checkpoint), 3)
+        XCTAssertEqual(fileSystem.count(.checkpoint), 4)
         let (journal, events) = try open(memory)
         XCTAssertEqual(events, [])
         XCTAssertEqual(journal.liveCount, 20)

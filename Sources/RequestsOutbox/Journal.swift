@@ -26,6 +26,8 @@ final class Journal: @unchecked Sendable {
     let journalPath: String
     let directoryFile: Int32
     private let lockFile: Int32
+    /// How far the journal got (`journal.state`): written by the leader after each group commit, and by compaction.
+    let checkpoint: JournalCheckpoint
 
     /// Guards every `var` below.
     let lock = NSLock()
@@ -81,6 +83,7 @@ final class Journal: @unchecked Sendable {
         journalPath = opened.path
         directoryFile = opened.directory
         lockFile = opened.lock
+        checkpoint = opened.checkpoint
         file = opened.file
         length = opened.length
         allocated = opened.allocated
@@ -182,6 +185,7 @@ final class Journal: @unchecked Sendable {
             try? fileSystem.truncate(file, to: JournalSpace.kept(length: length, allocated: allocated, options: options))
         }
         fileSystem.close(file)
+        checkpoint.close()
         fileSystem.close(lockFile)
         fileSystem.close(directoryFile)
     }
@@ -340,10 +344,12 @@ final class Journal: @unchecked Sendable {
             length = end
         }
         let compacts = failure == nil && !isClosed && shouldCompact()
+        let live = index.count
         // Woken without the lock held, so that they do not wake only to wait for it.
         lock.unlock()
         defer { lock.lock() }
         for batch in group { batch.wakeup.signal() }
+        if failure == nil, end > start { checkpoint.recordCommit(written, length: end, liveRecords: live) }
         return compacts ? compact() : []
     }
 

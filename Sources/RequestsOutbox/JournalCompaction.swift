@@ -8,9 +8,12 @@ import Requests
 /// 2. write a header (whose id floor is the next id to give) and each live record, read back from the journal
 ///    file and checked, as a put of its own: still untouched;
 /// 3. `fdatasync` the new file: still untouched; a crash leaves a leftover, removed at the next open;
+/// 3b. write the checkpoint naming both files, and sync it (the caller's `beforeRename`): after a crash from here
+///    on, whichever file the name holds is one the checkpoint knows, so neither is taken for a replaced journal;
 /// 4. `rename` it over the journal file: atomic; after a crash the name holds the old file or the new one, both
 ///    complete (the new one is synced);
-/// 5. `fsync` the folder (the caller's step): the rename is durable. Until it is, the journal writes nothing more.
+/// 5. `fsync` the folder (the caller's step): the rename is durable. Until it is, the journal writes nothing more,
+///    and the checkpoint names the new file alone only once it is.
 enum JournalCompaction {
     static let temporaryName = "journal.compacting"
 
@@ -23,18 +26,20 @@ enum JournalCompaction {
         var damaged: [UInt64]
     }
 
-    /// Writes `live` (records of `old`, in id order) to a new file and renames it to `journalName`; steps 1 to 4
-    /// above. On failure, before the rename, removes the new file and throws, leaving the journal as it was.
+    /// Writes `live` (records of `old`, in id order) to a new file of identity `identity` and renames it to
+    /// `journalName`; steps 1 to 4 above, `beforeRename` (given the new file's length) between 3 and 4. On failure,
+    /// before the rename, removes the new file and throws, leaving the journal as it was.
     static func run(
         fileSystem: JournalFileSystem, directory: Int32, directoryURL: URL, journalName: String,
-        old: Int32, live: [(id: UInt64, location: JournalLocation)], floor: UInt64
+        old: Int32, live: [(id: UInt64, location: JournalLocation)], identity: JournalFileIdentity,
+        beforeRename: (UInt64) throws -> Void
     ) throws -> Outcome {
         let url = directoryURL.appendingPathComponent(temporaryName)
         try fileSystem.removeFile(temporaryName, in: directory)
         let file = try fileSystem.openFile(temporaryName, in: directory, at: url, exclusive: true)
         do {
             var outcome = Outcome(file: file, index: Dictionary(minimumCapacity: live.count), length: 0, damaged: [])
-            var buffer = JournalFormat.fileHeader(floor: floor)
+            var buffer = JournalFormat.fileHeader(floor: identity.floor, fileID: identity.fileID)
             for (id, location) in live {
                 let record = try fileSystem.read(old, at: location.offset, count: Int(location.size))
                 let parsed = record.withUnsafeBytes { JournalFormat.parseRecord($0, at: 0) }
@@ -57,6 +62,7 @@ enum JournalCompaction {
             try fileSystem.write(file, buffer, at: outcome.length)
             outcome.length += UInt64(buffer.count)
             try fileSystem.syncData(file)
+            try beforeRename(outcome.length)
             try fileSystem.rename(temporaryName, to: journalName, in: directory)
             return outcome
         } catch {
@@ -84,18 +90,34 @@ extension Journal {
         let (live, floor, old, before) = lock.withLock {
             (index.sorted { $0.key < $1.key }.map { (id: $0.key, location: $0.value) }, nextID, file, length)
         }
+        let identity = JournalFileIdentity.new(floor: floor, replacing: checkpoint.file)
         let outcome: JournalCompaction.Outcome
         do {
             outcome = try JournalCompaction.run(
                 fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
-                old: old, live: live, floor: floor)
+                old: old, live: live, identity: identity
+            ) { newLength in
+                // Either file may hold the name after a crash from here on: the synced checkpoint names both.
+                try checkpoint.write(
+                    JournalCheckpointState(
+                        file: .init(identity: checkpoint.file, length: before), replacement: .init(identity: identity, length: newLength),
+                        liveRecords: UInt64(live.count), highestID: checkpoint.highestID),
+                    sync: true)
+            }
         } catch {
             lock.withLock { nextCompactionLength = before + options.compactionMinimum }
             return []
         }
         // Renamed: the new file is the journal from now on. Until the rename is durable, no record is written (the
-        // reserve's zeros are).
+        // reserve's zeros are), and the checkpoint still names the old file too.
         let synced = (try? fileSystem.syncDirectory(directoryFile)) != nil
+        checkpoint.file = identity
+        if synced {
+            try? checkpoint.write(
+                JournalCheckpointState(
+                    file: .init(identity: identity, length: outcome.length), liveRecords: UInt64(outcome.index.count), highestID: checkpoint.highestID),
+                sync: true)
+        }
         fileSystem.close(old)
         let reserved = JournalSpace.keepReserve(in: outcome.file, with: fileSystem, length: outcome.length, allocated: outcome.length, options: options)
         lock.withLock {

@@ -10,7 +10,7 @@ import Requests
 /// |--------|------|--------------------------------------------------------------|
 /// | 0      | 8    | magic `RQJOURNL`                                             |
 /// | 8      | 4    | format version, 2 (1 is read too: see `RecordHeader.starts`) |
-/// | 12     | 4    | reserved, 0                                                  |
+/// | 12     | 4    | file id: random, new with each file (0 in older files)       |
 /// | 16     | 8    | id floor: every id given from this file on is at least this  |
 /// | 24     | 4    | CRC-32C of bytes 0..<24                                      |
 /// | 28     | 4    | reserved, 0                                                  |
@@ -65,19 +65,21 @@ enum JournalFormat {
 
     /// What the first bytes of a file say.
     enum FileHeader: Equatable {
-        case valid(floor: UInt64, version: UInt32)
+        /// `fileID` tells this file from another with the same floor (0 in files written before it existed).
+        case valid(floor: UInt64, version: UInt32, fileID: UInt32)
         /// A well-formed header of a format this code does not know.
         case unsupported(version: UInt32)
         /// Too short, or not a header, or damaged.
         case corrupt
     }
 
-    /// The file header for a file whose ids start at `floor`.
-    static func fileHeader(floor: UInt64) -> Data {
+    /// The file header for a file whose ids start at `floor`, with `fileID` (random for each new file, so that the
+    /// checkpoint tells it from the file it replaced: see `JournalCheckpoint`).
+    static func fileHeader(floor: UInt64, fileID: UInt32 = 0) -> Data {
         var header = Data(capacity: fileHeaderSize)
         header.append(contentsOf: fileMagic)
         append(version, to: &header)
-        append(UInt32(0), to: &header)
+        append(fileID, to: &header)
         append(floor, to: &header)
         append(header.withUnsafeBytes { CRC32C.checksum($0) }, to: &header)
         append(UInt32(0), to: &header)
@@ -91,7 +93,7 @@ enum JournalFormat {
         guard checksum == load(UInt32.self, bytes, 24), load(UInt32.self, bytes, 28) == 0 else { return .corrupt }
         let version = load(UInt32.self, bytes, 8)
         guard version == 1 || version == self.version else { return .unsupported(version: version) }
-        return .valid(floor: load(UInt64.self, bytes, 16), version: version)
+        return .valid(floor: load(UInt64.self, bytes, 16), version: version, fileID: load(UInt32.self, bytes, 12))
     }
 
     /// Appends a record header to `buffer`; `patch(id:in:at:)` may change its id later.
@@ -152,11 +154,11 @@ enum JournalFormat {
         return CRC32C.checksum(payload) == header.payloadCRC ? header : nil
     }
 
-    private static func append<Integer: FixedWidthInteger>(_ value: Integer, to buffer: inout Data) {
+    static func append<Integer: FixedWidthInteger>(_ value: Integer, to buffer: inout Data) {
         withUnsafeBytes(of: value.littleEndian) { buffer.append(contentsOf: $0) }
     }
 
-    private static func load<Integer: FixedWidthInteger>(_ type: Integer.Type, _ bytes: UnsafeRawBufferPointer, _ offset: Int) -> Integer {
+    static func load<Integer: FixedWidthInteger>(_ type: Integer.Type, _ bytes: UnsafeRawBufferPointer, _ offset: Int) -> Integer {
         Integer(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Integer.self))
     }
 }

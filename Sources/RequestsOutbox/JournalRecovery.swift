@@ -21,10 +21,16 @@ struct JournalScan: Equatable {
     var index: [UInt64: JournalLocation] = [:]
     /// The floor of the file header (1 if the header is damaged).
     var floor: UInt64 = 1
+    /// The file id of the file header (0 if the header is damaged, or written before file ids).
+    var fileID: UInt32 = 0
     /// The highest id of any intact record, removals and updates included (0 if none).
     var highestID: UInt64 = 0
     /// Where the file must end: after the last whole batch, or 0 if the file is too short for a header.
     var validLength: UInt64 = 0
+    /// The end of the last whole batch read, or of the header if it is intact and no batch follows; 0 if neither.
+    /// Unlike `validLength`, never counts bytes that hold no record (after a damaged header): how far the file's
+    /// content demonstrably goes, which the checkpoint's durable length is compared with.
+    var recordsEnd: UInt64 = 0
     /// The header is missing (a file shorter than a header) or damaged: the file must be rewritten.
     var needsNewHeader = false
     /// A damaged stretch was skipped: the file should be rewritten (compacted) without it.
@@ -57,8 +63,10 @@ struct JournalScan: Equatable {
         var reader = JournalFormat.RecordReader(bytes)
         defer { checksummedBytes = reader.checksummedBytes }
         switch JournalFormat.parseFileHeader(bytes) {
-        case let .valid(floor, version):
+        case let .valid(floor, version, fileID):
             self.floor = floor
+            self.fileID = fileID
+            recordsEnd = UInt64(position)
             // Format 1 did not mark the first record of a call: after damage, any intact record is taken.
             anyRecordStarts = version == 1
         case let .unsupported(version):
@@ -94,6 +102,7 @@ struct JournalScan: Equatable {
                     for (header, offset) in batch { apply(header, at: offset, removed: &removed) }
                     batch.removeAll()
                     validLength = UInt64(position)
+                    recordsEnd = validLength
                 }
             } else if let next = reader.nextRecord(from: position + 1) {
                 events.append(.skippedCorruptRecord(file: file, offset: UInt64(position)))
@@ -139,6 +148,7 @@ extension Journal {
         var directory: Int32
         var lock: Int32
         var file: Int32
+        var checkpoint: JournalCheckpoint
         var scan: JournalScan
         var records: [JournalRecord]
         var nextID: UInt64
@@ -148,10 +158,12 @@ extension Journal {
         var rewrite: Bool
     }
 
-    /// Opens the folder, takes the lock, reads the journal file and repairs it (a header for a new file, a torn tail
-    /// cut off); tells what recovery found. On failure closes what it opened.
+    /// Opens the folder, takes the lock, reads the checkpoint and the journal file, repairs the file (a header for a
+    /// new file, a torn tail cut off), judges it against the checkpoint, writes the new checkpoint; tells what it
+    /// found. On failure closes what it opened.
     static func open(_ directory: URL, fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)?) throws -> Opened {
         let journalURL = directory.appendingPathComponent(journalName)
+        let checkpointURL = directory.appendingPathComponent(JournalCheckpoint.name)
         let folder = try fileSystem.openDirectory(directory)
         var descriptors = [folder]
         do {
@@ -162,23 +174,43 @@ extension Journal {
             // a new one, and two writers at their own offsets overwrite each other's records.
             guard try fileSystem.lock(folder) else { throw JournalError.lockedByAnotherProcess(directory) }
             try fileSystem.removeFile(JournalCompaction.temporaryName, in: folder)
-            let file = try fileSystem.openFile(journalName, in: folder, at: journalURL, exclusive: false)
+            // The checkpoint, checked like every file (a link, a folder, another user's file are refused). Only its
+            // first bytes are read, whatever its size.
+            let state = try fileSystem.openFile(JournalCheckpoint.name, in: folder, at: checkpointURL, exclusive: false)
+            descriptors.append(state)
+            let stateSize = try fileSystem.size(of: state)
+            let stored = JournalCheckpoint.read(try fileSystem.read(state, at: 0, count: JournalCheckpoint.fileSize))
+            // Created exclusively first: whether the file existed, which a checkpoint may say it did.
+            let created = try? fileSystem.openFile(journalName, in: folder, at: journalURL, exclusive: true)
+            let file = try created ?? fileSystem.openFile(journalName, in: folder, at: journalURL, exclusive: false)
             descriptors.append(file)
             let size = try fileSystem.size(of: file)
             let bytes = try fileSystem.read(file, at: 0, count: Int(size))
             let scan = bytes.withUnsafeBytes { JournalScan($0, file: journalURL.path) }
             if let version = scan.unsupportedVersion { throw JournalError.unsupportedVersion(journalURL, version: version) }
+            let lost = bytes.withUnsafeBytes { JournalCheckpoint.judge(stored, existed: created == nil, bytes: $0, scan: scan) }
             let records = scan.index.sorted { $0.key < $1.key }.map { id, location in
                 let start = Int(location.offset) + JournalFormat.recordHeaderSize
                 return JournalRecord(id: id, payload: bytes.subdata(in: start..<start + Int(location.length)))
             }
-            let nextID = max(scan.floor, scan.highestID + 1, 1)
+            // Ids continue after the checkpoint's highest too: those of a lost file, or of a damaged header's floor,
+            // are not given again.
+            var highestAtCheckpoint: UInt64 = 0
+            var recordsAtCheckpoint: Int?
+            if case let .valid(checkpoint, _) = stored {
+                highestAtCheckpoint = checkpoint.highestID
+                recordsAtCheckpoint = Int(clamping: checkpoint.liveRecords)
+            }
+            let nextID = max(scan.floor, scan.highestID + 1, 1, highestAtCheckpoint &+ 1)
             var length = scan.validLength
+            var identity: JournalFileIdentity? = scan.needsNewHeader ? nil : JournalFileIdentity(floor: scan.floor, fileID: scan.fileID)
             if scan.validLength < JournalFormat.fileHeaderSize {
                 // A new file, or one too short for a header: it holds nothing, and gets a header.
+                let fresh = JournalFileIdentity.new(floor: nextID, replacing: nil)
                 try fileSystem.truncate(file, to: 0)
-                try fileSystem.write(file, JournalFormat.fileHeader(floor: nextID), at: 0)
+                try fileSystem.write(file, JournalFormat.fileHeader(floor: fresh.floor, fileID: fresh.fileID), at: 0)
                 length = UInt64(JournalFormat.fileHeaderSize)
+                identity = fresh
             } else if scan.validLength < size, !scan.zeroTail {
                 try fileSystem.truncate(file, to: scan.validLength)
             }
@@ -186,11 +218,24 @@ extension Journal {
             // process that died after creating the file, or after writing without syncing, left them in doubt.
             try fileSystem.syncData(file)
             try fileSystem.syncDirectory(folder)
-            for event in scan.events { events?(event) }
+            // Then the checkpoint says so: the journal file's name and content are durable by now.
+            let checkpoint = try JournalCheckpoint(
+                fileSystem: fileSystem, descriptor: state, stored: stored, size: stateSize, file: identity, length: length,
+                liveRecords: records.count, highestID: nextID - 1)
+            var found = scan.events
+            if let lost {
+                // A file that is no journal was not damaged: the header "skipped" or "torn" is the replacement.
+                if lost == .replaced {
+                    found.removeAll { $0 == .skippedCorruptRecord(file: journalURL.path, offset: 0) || $0 == .discardedTornTail(file: journalURL.path, offset: 0) }
+                }
+                let path = lost == .checkpointDamaged ? checkpointURL.path : journalURL.path
+                found.insert(.lost(file: path, kind: lost, recordsAtCheckpoint: recordsAtCheckpoint, recordsFound: records.count), at: 0)
+            }
+            for event in found { events?(event) }
             let rewrite = scan.skippedDamage || (scan.needsNewHeader && scan.validLength >= JournalFormat.fileHeaderSize)
             return Opened(
-                path: journalURL.path, directory: folder, lock: lock, file: file, scan: scan, records: records, nextID: nextID, length: length,
-                allocated: length == scan.validLength && scan.zeroTail ? size : length, rewrite: rewrite)
+                path: journalURL.path, directory: folder, lock: lock, file: file, checkpoint: checkpoint, scan: scan, records: records,
+                nextID: nextID, length: length, allocated: length == scan.validLength && scan.zeroTail ? size : length, rewrite: rewrite)
         } catch {
             for descriptor in descriptors.reversed() { fileSystem.close(descriptor) }
             throw error

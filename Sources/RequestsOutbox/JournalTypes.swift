@@ -23,6 +23,29 @@ enum JournalEvent: Sendable, Equatable {
     case discardedTornTail(file: String, offset: UInt64)
     /// The file was rewritten with its live records only.
     case compacted(bytesBefore: UInt64, bytesAfter: UInt64)
+    /// Opening found less than the checkpoint (`journal.state`) says the journal durably held: `file` (the journal
+    /// file, or the checkpoint file for `.checkpointDamaged`) was missing, emptied, replaced or shortened, or the
+    /// checkpoint itself is unreadable. `recordsAtCheckpoint` is the number of live records the checkpoint counted
+    /// (`nil` when there is no readable checkpoint), `recordsFound` the number recovered. Sent once: the journal goes
+    /// on with what it found, and its next checkpoint describes that.
+    case lost(file: String, kind: JournalLossKind, recordsAtCheckpoint: Int?, recordsFound: Int)
+}
+
+/// What ``JournalEvent/lost(file:kind:recordsAtCheckpoint:recordsFound:)`` found.
+enum JournalLossKind: Sendable, Equatable {
+    /// The journal file was gone, while the checkpoint says one existed.
+    case missing
+    /// The journal file was empty (0 bytes).
+    case emptied
+    /// The file is not the journal file the checkpoint names: an intact header of another file, or bytes that are no
+    /// journal at all (also reported without a checkpoint).
+    case replaced
+    /// The journal file's content ends before the length the checkpoint knows durable, or its ids stop below the
+    /// checkpoint's highest.
+    case shortened
+    /// The checkpoint file exists but neither slot is valid: how far the journal got is unknown, so a loss cannot be
+    /// ruled out.
+    case checkpointDamaged
 }
 
 /// Why a ``Journal`` could not open or do what it was asked.

@@ -22,12 +22,12 @@ import Requests
 ///
 /// The folder is locked while the outbox is open (until ``close()``, or until it is released): a second outbox on
 /// it, in this process or another, fails with ``OutboxError/folderInUse(_:)``. Files are readable only by the user.
-/// What opening found (resumed entries, damaged records skipped) is in ``openingReport`` and goes to the queue's
-/// monitors that are ``OutboxMonitor``s. See <doc:DurableOutbox>.
+/// What opening found (resumed entries, damaged records skipped, a journal found lost since the last checkpoint) is
+/// in ``openingReport`` and goes to the queue's monitors that are ``OutboxMonitor``s. See <doc:DurableOutbox>.
 public final class Outbox: @unchecked Sendable {
     /// The folder the journal is in.
     public let directory: URL
-    /// What opening found: entries resumed, and records skipped.
+    /// What opening found: entries resumed, records skipped, and a journal found lost.
     public let openingReport: OutboxOpeningReport
     let queue: OperationQueue
     let session: URLSession
@@ -114,7 +114,7 @@ public final class Outbox: @unchecked Sendable {
         }
         openingReport = OutboxOpeningReport(
             pending: lanes.pendingCount, deadLetters: lanes.deadLetterCount, skippedRecords: events.skipped + unreadable,
-            discardedIncompleteRecord: events.discardedTail)
+            discardedIncompleteRecord: events.discardedTail, loss: events.loss)
         for case let monitor as OutboxMonitor in queue.requestPolicies.monitors { monitor.outboxDidOpen(directory, report: openingReport) }
         let starts = lock.withLock { schedule() }
         starts.forEach(start)
@@ -303,4 +303,8 @@ public struct OutboxOpeningReport: Sendable, Equatable {
     /// Whether the last record was incomplete (the process ended while writing it) and was cut off. Its
     /// `enqueue` had not returned.
     public let discardedIncompleteRecord: Bool
+    /// The journal found missing, emptied, replaced or shortened since the last checkpoint, or the checkpoint found
+    /// unreadable, with what is known of the entries lost; `nil` when nothing is known to be lost. See
+    /// ``isAllClear``.
+    public let loss: OutboxJournalLoss?
 }

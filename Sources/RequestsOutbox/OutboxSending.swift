@@ -270,9 +270,11 @@ final class OutboxJournalEvents: @unchecked Sendable {
     private let lock = NSLock()
     private var skippedCount = 0
     private var discarded = false
+    private var lost: OutboxJournalLoss?
 
     var skipped: Int { lock.withLock { skippedCount } }
     var discardedTail: Bool { lock.withLock { discarded } }
+    var loss: OutboxJournalLoss? { lock.withLock { lost } }
 
     func record(_ event: JournalEvent) {
         lock.withLock {
@@ -280,6 +282,7 @@ final class OutboxJournalEvents: @unchecked Sendable {
             case .skippedCorruptRecord: skippedCount += 1
             case .discardedTornTail: discarded = true
             case .compacted: break
+            case let .lost(_, kind, atCheckpoint, found): lost = OutboxJournalLoss(kind, recordsAtCheckpoint: atCheckpoint, recordsFound: found)
             }
         }
     }

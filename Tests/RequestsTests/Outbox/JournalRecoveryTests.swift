@@ -24,9 +24,12 @@ final class JournalRecoveryTests: XCTestCase {
         try journal.append([samplePayload(1)])
         try journal.append([samplePayload(2)])
         let intact = try fileSize(file)
+        let checkpoint = try Data(contentsOf: folder.appendingPathComponent("journal.state"))
         try journal.append([samplePayload(3, size: 50)])
         journal.close()
         XCTAssertEqual(truncate(file, off_t(intact + 40)), 0, "a crash in the middle of the third record's payload")
+        // The checkpoint as that crash leaves it: the third call's was never written.
+        try checkpoint.write(to: folder.appendingPathComponent("journal.state"))
 
         let log = JournalEventLog()
         let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)
@@ -42,9 +45,12 @@ final class JournalRecoveryTests: XCTestCase {
         let journal = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem())
         try journal.append([samplePayload(1)])
         let intact = try fileSize(file)
+        let checkpoint = try Data(contentsOf: folder.appendingPathComponent("journal.state"))
         try journal.append([samplePayload(2), samplePayload(3), samplePayload(4)])
         journal.close()
         XCTAssertEqual(truncate(file, off_t(try fileSize(file) - 1)), 0, "the last record of the three is torn")
+        // The checkpoint as a crash during the call leaves it.
+        try checkpoint.write(to: folder.appendingPathComponent("journal.state"))
 
         let log = JournalEventLog()
         let reopened = try Journal(directory: folder, options: .exactSize, fileSystem: PosixJournalFileSystem(), events: log.handler)

@@ -175,9 +175,15 @@ final class MemoryFileSystem: JournalFileSystem, @unchecked Sendable {
 
 /// Wraps a file system and counts its calls; `fault` decides, call by call, to fail one (a full disk), to write
 /// only part of the data first, or to block (so that other calls queue meanwhile).
+///
+/// Every call on the checkpoint file (`journal.state`) once it is open is of kind `.checkpoint`, whatever it does:
+/// the counts and faults of the other kinds are those of the journal file and the folder, as the tests name them.
+/// The calls' overall numbers count them all.
 final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     enum Call: String, CaseIterable {
         case openDirectory, openFile, lock, size, read, write, truncate, syncData, syncDirectory, rename, removeFile
+        /// Any call on the open checkpoint file.
+        case checkpoint
     }
 
     /// What to do instead of a call.
@@ -193,6 +199,8 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     private var counts: [Call: Int] = [:]
     private var total = 0
     private var dead = false
+    /// The checkpoint file's open descriptors.
+    private var checkpointFiles: Set<Int32> = []
     private var faultHandler: (@Sendable (_ call: Call, _ number: Int, _ overall: Int) -> Fault?)?
 
     init(_ inner: JournalFileSystem) { self.inner = inner }
@@ -206,11 +214,12 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     /// The number of calls made so far, of one kind or of all.
     func count(_ call: Call? = nil) -> Int { mutex.withLock { call.map { counts[$0, default: 0] } ?? total } }
 
-    private func check(_ call: Call, data: Data? = nil, file: Int32 = 0, offset: UInt64 = 0) throws {
-        let (handler, number, overall, isDead) = mutex.withLock { () -> ((@Sendable (Call, Int, Int) -> Fault?)?, Int, Int, Bool) in
+    private func check(_ made: Call, data: Data? = nil, file: Int32 = -1, offset: UInt64 = 0) throws {
+        let (handler, call, number, overall, isDead) = mutex.withLock { () -> ((@Sendable (Call, Int, Int) -> Fault?)?, Call, Int, Int, Bool) in
+            let call = checkpointFiles.contains(file) ? Call.checkpoint : made
             counts[call, default: 0] += 1
             total += 1
-            return (faultHandler, counts[call, default: 0], total, dead)
+            return (faultHandler, call, counts[call, default: 0], total, dead)
         }
         if isDead { throw JournalError.writeFailed(errno: EIO, operation: "dead") }
         switch handler?(call, number, overall) {
@@ -230,18 +239,20 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     }
     func openFile(_ name: String, in directory: Int32, at url: URL, exclusive: Bool) throws -> Int32 {
         try check(.openFile)
-        return try inner.openFile(name, in: directory, at: url, exclusive: exclusive)
+        let descriptor = try inner.openFile(name, in: directory, at: url, exclusive: exclusive)
+        if name == JournalCheckpoint.name { mutex.withLock { _ = checkpointFiles.insert(descriptor) } }
+        return descriptor
     }
     func lock(_ file: Int32) throws -> Bool {
-        try check(.lock)
+        try check(.lock, file: file)
         return try inner.lock(file)
     }
     func size(of file: Int32) throws -> UInt64 {
-        try check(.size)
+        try check(.size, file: file)
         return try inner.size(of: file)
     }
     func read(_ file: Int32, at offset: UInt64, count: Int) throws -> Data {
-        try check(.read)
+        try check(.read, file: file)
         return try inner.read(file, at: offset, count: count)
     }
     func write(_ file: Int32, _ data: Data, at offset: UInt64) throws {
@@ -249,11 +260,11 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
         try inner.write(file, data, at: offset)
     }
     func truncate(_ file: Int32, to length: UInt64) throws {
-        try check(.truncate)
+        try check(.truncate, file: file)
         try inner.truncate(file, to: length)
     }
     func syncData(_ file: Int32) throws {
-        try check(.syncData)
+        try check(.syncData, file: file)
         try inner.syncData(file)
     }
     func syncDirectory(_ directory: Int32) throws {
@@ -268,7 +279,10 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
         try check(.removeFile)
         try inner.removeFile(name, in: directory)
     }
-    func close(_ descriptor: Int32) { inner.close(descriptor) }
+    func close(_ descriptor: Int32) {
+        mutex.withLock { _ = checkpointFiles.remove(descriptor) }
+        inner.close(descriptor)
+    }
 }
 
 /// A fresh folder path under the temporary directory (not created), removed at the end of the test.
@@ -307,4 +321,9 @@ func crashCopy(ofJournalIn folder: URL) throws -> URL {
     try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
     try FileManager.default.copyItem(at: folder.appendingPathComponent("journal"), to: copy.appendingPathComponent("journal"))
     return copy
+}
+
+extension JournalEvent {
+    /// Whether the event reports a lost journal or an unreadable checkpoint.
+    var isLoss: Bool { if case .lost = self { return true } else { return false } }
 }

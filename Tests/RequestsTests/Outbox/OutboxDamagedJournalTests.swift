@@ -222,7 +222,7 @@ extension OutboxDamagedJournalTests {
         try fm.removeItem(at: journal)
         try fm.moveItem(at: saved, to: journal)
         XCTAssertEqual(attempt(folder, "restored"), keys)
-        XCTAssertEqual(Set(try fm.contentsOfDirectory(atPath: folder.path)), ["journal", "journal.lock"])
+        XCTAssertEqual(Set(try fm.contentsOfDirectory(atPath: folder.path)), ["journal", "journal.lock", "journal.state"])
         XCTAssertEqual(Set(try fm.contentsOfDirectory(atPath: elsewhere.path)), ["victim", "lockvictim"])
         XCTAssertEqual(try Data(contentsOf: victim), Data("keep me".utf8))
     }

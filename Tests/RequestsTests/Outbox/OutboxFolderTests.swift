@@ -54,6 +54,8 @@ final class OutboxFolderTests: XCTestCase {
         let reopened = try open(folder)
         XCTAssertTrue(reopened.openingReport.discardedIncompleteRecord)
         XCTAssertEqual(reopened.openingReport.skippedRecords, 0)
+        // The checkpoint knew that the third entry had reached the disk: no crash makes this cut, so it is a loss too.
+        XCTAssertEqual(reopened.openingReport.loss?.kind, .journalShortened)
         XCTAssertEqual(reopened.pendingEntries.map(\.idempotencyKey), entries.prefix(2).map(\.idempotencyKey))
         // And the journal goes on after the cut: a new entry survives another reopen.
         let added = try reopened.enqueue(PostNote(path: "outbox/folder", text: "after the cut"))

@@ -4,9 +4,11 @@ import RequestsOutbox
 import XCTest
 
 /// The outbox on a real file system that fills up. Skipped unless `REQUESTS_FULL_DISK_DIR` names an empty folder on
-/// a small file system of its own, for example (as root): `mkdir -p /mnt/tiny && mount -t tmpfs -o size=512k tmpfs
-/// /mnt/tiny`, then `REQUESTS_FULL_DISK_DIR=/mnt/tiny swift test --filter OutboxFullDiskTests`. The fault-injecting
-/// file system of `JournalFaultTests` covers the same in every run; this checks the real `ENOSPC` path end to end.
+/// a small file system of its own, for example (as root): `mkdir -p /mnt/tiny && mount -t tmpfs -o size=1m tmpfs
+/// /mnt/tiny`, then `REQUESTS_FULL_DISK_DIR=/mnt/tiny swift test --filter OutboxFullDiskTests`. (At 512k exactly, the
+/// journal's second 256 KiB step no longer fits beside the checkpoint file's page once the filler is gone.) The
+/// fault-injecting file system of `JournalFaultTests` covers the same in every run; this checks the real `ENOSPC` path
+/// end to end.
 final class OutboxFullDiskTests: XCTestCase {
     func testAFullDiskFailsEnqueuesCleanlyAndEntriesCanStillLeave() throws {
         guard let root = ProcessInfo.processInfo.environment["REQUESTS_FULL_DISK_DIR"] else {

@@ -103,9 +103,9 @@ final class OutboxJournalLossTests: XCTestCase {
     func testACompactionIsNoFalseAlarmAndTheCheckpointFollowsTheNewFile() throws {
         let folder = makeOutboxFolder(self)
         let outbox = try open(folder)
-        // 20 entries of 60 KB: the 18th drop makes the dead bytes pass the 1 MiB that makes the journal compact, so
+        // 20 entries of 60 KB (the text twice: in the JSON and in the frozen body): the 18th drop makes the dead bytes pass the 1 MiB that makes the journal compact, so
         // that the new file holds the last two entries and nothing else.
-        let entries = try (0..<20).map { try outbox.enqueue(PostNote(path: "loss", text: "entry-\($0)-" + String(repeating: "c", count: 60_000))) }
+        let entries = try (0..<20).map { try outbox.enqueue(PostNote(path: "loss", text: "entry-\($0)-" + String(repeating: "c", count: 30_000))) }
         let before = try Data(contentsOf: journal(folder))
         for entry in entries.prefix(18) { try outbox.drop(entry.id) }
         let after = try Data(contentsOf: journal(folder))

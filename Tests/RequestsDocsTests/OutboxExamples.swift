@@ -54,3 +54,15 @@ func outboxDeadLetters(outbox: Outbox) throws {
     }
     // article-example-end
 }
+
+// article-example-begin
+final class OutboxAlarm: OutboxMonitor {
+    func outboxDidOpen(_ directory: URL, report: OutboxOpeningReport) {
+        guard !report.isAllClear else { return }
+        if let loss = report.loss {
+            print("The outbox lost its journal (\(loss.kind)): it knew \(loss.entriesAtLastCheckpoint ?? 0) entries, found \(loss.entriesFound)")
+        }
+        print("Skipped \(report.skippedRecords) damaged records")
+    }
+}
+// article-example-end

@@ -310,7 +310,7 @@ final class Journal: @unchecked Sendable {
             if !bytes.isEmpty {
                 try fileSystem.write(target, bytes, at: start)
                 let syncStart = DispatchTime.now().uptimeNanoseconds
-                try fileSystem.syncData(target)
+                try fileSystem.syncData(target, mode: options.sync)
                 syncTime = DispatchTime.now().uptimeNanoseconds - syncStart
             }
         } catch {
@@ -347,9 +347,10 @@ final class Journal: @unchecked Sendable {
         return compacts ? compact() : []
     }
 
+    /// Cuts a failed group off, durably whatever `options.sync`: it must never come back, not even after a power loss.
     private func cutOff(_ target: Int32, at start: UInt64) throws {
         try fileSystem.truncate(target, to: start)
-        try fileSystem.syncData(target)
+        try fileSystem.syncData(target, mode: .full)
     }
 
     /// Applies a durable record to the live records, as recovery (`JournalScan`) would.

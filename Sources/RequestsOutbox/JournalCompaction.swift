@@ -7,7 +7,7 @@ import Requests
 /// 1. remove a leftover `journal.compacting` and create it anew (`0600`): the journal file is untouched;
 /// 2. write a header (whose id floor is the next id to give) and each live record, read back from the journal
 ///    file and checked, as a put of its own: still untouched;
-/// 3. `fdatasync` the new file: still untouched; a crash leaves a leftover, removed at the next open;
+/// 3. sync the new file (`fdatasync`; as `Options.sync` asks on Apple systems): still untouched; a crash leaves a leftover, removed at the next open;
 /// 4. `rename` it over the journal file: atomic; after a crash the name holds the old file or the new one, both
 ///    complete (the new one is synced);
 /// 5. `fsync` the folder (the caller's step): the rename is durable. Until it is, the journal writes nothing more.
@@ -27,7 +27,7 @@ enum JournalCompaction {
     /// above. On failure, before the rename, removes the new file and throws, leaving the journal as it was.
     static func run(
         fileSystem: JournalFileSystem, directory: Int32, directoryURL: URL, journalName: String,
-        old: Int32, live: [(id: UInt64, location: JournalLocation)], floor: UInt64
+        old: Int32, live: [(id: UInt64, location: JournalLocation)], floor: UInt64, sync: JournalSync
     ) throws -> Outcome {
         let url = directoryURL.appendingPathComponent(temporaryName)
         try fileSystem.removeFile(temporaryName, in: directory)
@@ -56,7 +56,7 @@ enum JournalCompaction {
             }
             try fileSystem.write(file, buffer, at: outcome.length)
             outcome.length += UInt64(buffer.count)
-            try fileSystem.syncData(file)
+            try fileSystem.syncData(file, mode: sync)
             try fileSystem.rename(temporaryName, to: journalName, in: directory)
             return outcome
         } catch {
@@ -88,7 +88,7 @@ extension Journal {
         do {
             outcome = try JournalCompaction.run(
                 fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
-                old: old, live: live, floor: floor)
+                old: old, live: live, floor: floor, sync: options.sync)
         } catch {
             lock.withLock { nextCompactionLength = before + options.compactionMinimum }
             return []

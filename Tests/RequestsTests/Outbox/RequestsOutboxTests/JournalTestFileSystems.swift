@@ -146,7 +146,7 @@ final class MemoryFileSystem: JournalFileSystem, @unchecked Sendable {
         }
     }
 
-    func syncData(_ file: Int32) throws {
+    func syncData(_ file: Int32, mode: JournalSync) throws {
         try mutex.withLock {
             let inode = try inode(file)
             inode.durable = inode.current
@@ -193,6 +193,7 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     private var counts: [Call: Int] = [:]
     private var total = 0
     private var dead = false
+    private var modes: [JournalSync] = []
     private var faultHandler: (@Sendable (_ call: Call, _ number: Int, _ overall: Int) -> Fault?)?
 
     init(_ inner: JournalFileSystem) { self.inner = inner }
@@ -202,6 +203,9 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     func setFault(_ handler: (@Sendable (_ call: Call, _ number: Int, _ overall: Int) -> Fault?)?) {
         mutex.withLock { faultHandler = handler }
     }
+
+    /// The modes of the `syncData` calls made so far, in order.
+    var syncModes: [JournalSync] { mutex.withLock { modes } }
 
     /// The number of calls made so far, of one kind or of all.
     func count(_ call: Call? = nil) -> Int { mutex.withLock { call.map { counts[$0, default: 0] } ?? total } }
@@ -252,9 +256,10 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
         try check(.truncate)
         try inner.truncate(file, to: length)
     }
-    func syncData(_ file: Int32) throws {
+    func syncData(_ file: Int32, mode: JournalSync) throws {
         try check(.syncData)
-        try inner.syncData(file)
+        mutex.withLock { modes.append(mode) }
+        try inner.syncData(file, mode: mode)
     }
     func syncDirectory(_ directory: Int32) throws {
         try check(.syncDirectory)

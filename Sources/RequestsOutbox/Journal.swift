@@ -9,12 +9,13 @@ import Darwin
 /// An append-only journal of records in a private folder, the storage of the outbox: each call returns only when
 /// its records are on disk (`fdatasync`), and exists on disk whole or not at all. Concurrent calls share one write
 /// and one sync (group commit): while a leader syncs, the others queue; the next leader writes all queued calls
-/// at once. The file format and the guarantees are described in docs/outbox-journal.md.
+/// at once. Each call has a non-blocking form, with a completion, that shares the same group commits. The file
+/// format and the guarantees are described in docs/outbox-journal.md.
 ///
 /// Threads: the state is behind one lock (internal rather than private, for the group commit in
 /// JournalGroupCommit.swift and the compaction in JournalCompaction.swift); each waiting caller sleeps on its own
 /// semaphore, woken when its call is done or when it is to lead the next group, so that a finished group wakes only
-/// its own callers.
+/// its own callers. A group of non-blocking calls only is led on the journal's own serial queue (`writer`).
 ///
 /// Memory: the journal keeps 16 bytes per live record plus its dictionary slot (the payloads stay on disk), and the
 /// records recovered at open until ``releaseRecovered()``.
@@ -40,9 +41,12 @@ final class Journal: @unchecked Sendable {
     var allocated: UInt64
     var file: Int32
     var queue: [JournalBatch] = []
-    /// A leader is gathering, writing, syncing or compacting (or is woken to): it alone uses `file` and changes
-    /// `length` and `index`.
+    /// A leader is gathering, writing, syncing or compacting (or is woken to, or the lead is handed to the writer
+    /// queue): it alone uses `file` and changes `length` and `index`.
     var leading = false
+    /// The lead is handed to the writer queue, which has not taken it yet: a blocking caller that comes meanwhile
+    /// takes it instead, and `close()` cancels it.
+    var writerPending = false
     var isClosed = false
     /// `close()` waits on it for the leader to finish.
     var closeWaiter: DispatchSemaphore?
@@ -56,6 +60,8 @@ final class Journal: @unchecked Sendable {
     /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
     var gatherTarget = 0
     let gathered = DispatchSemaphore(value: 0)
+    /// Leads the groups of non-blocking calls only (see JournalGroupCommit.swift), then calls their completions.
+    let writer = DispatchQueue(label: "Requests.Journal.writer")
     /// A failed write may have left bytes after `length`: the next leader cuts them off, durably, first.
     var mustCut = false
     /// A compaction's rename is not yet durable: the next leader syncs the folder first.
@@ -66,8 +72,9 @@ final class Journal: @unchecked Sendable {
     /// Opens or creates the journal in `directory` (created `0700`, files `0600`; refuses a symbolic link or a
     /// folder of another user), takes an exclusive lock, and recovers the live records. `events` hears of damage
     /// found and of compactions on the thread that found them: during this initializer for what recovery finds, and
-    /// before the call whose group commit compacted returns; never while the journal is locked or led by that
-    /// thread, so that the handler may call the journal.
+    /// before the call whose group commit compacted returns (after the completions of its group's non-blocking
+    /// calls; on the writer queue for a group of non-blocking calls only); never while the journal is locked or led
+    /// by that thread, so that the handler may call the journal.
     convenience init(directory: URL, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
         try self.init(directory: directory, options: Options(), fileSystem: PosixJournalFileSystem(), events: events)
     }
@@ -150,18 +157,90 @@ final class Journal: @unchecked Sendable {
         }
     }
 
-    /// Releases the lock and closes the files; later calls throw `.closed`. Calls waiting for a sync that already
-    /// started complete; those still queued throw `.closed`.
+    // MARK: Non-blocking calls
+    //
+    // Each does what its blocking form does (all or none, durable before success, the same group commits) and
+    // returns at once; `completion` is called exactly once, never while the journal is locked or led by the thread
+    // that calls it, so that it may call the journal. It is called before the call returns, on the caller's thread,
+    // only when no I/O is needed: the journal is closed (`.closed`), a payload is too large (`.recordTooLarge`),
+    // `update` names an id that is not live (`.unknownRecord`), or there is nothing to write (`append` of no
+    // payloads, `remove` of no live id). Any other call is queued and its completion is called later, once its
+    // group is synced or failed, after its result is set and in the order of the group, by the thread that wrote
+    // the group: the writer queue for a group of non-blocking calls only, or the thread of a blocking call that led
+    // it (a blocking call may so run completions of non-blocking calls, the caller's own earlier ones included,
+    // before it returns); or, with `.closed`, by the thread calling `close()` before it returns, for a call still
+    // queued then. Completions should be quick: the group's other completions, and its events, wait for them.
+    // Groups of non-blocking calls only complete one after the other, in the order of their calls.
+
+    /// Appends records as ``append(_:)`` does, without blocking: `completion` gets the ids given, in order, once the
+    /// records are synced, or the error, and then none of them exists, not even after a crash.
+    func append(_ payloads: [Data], completion: @escaping @Sendable (Result<[UInt64], JournalError>) -> Void) {
+        let batch: JournalBatch
+        do {
+            batch = try JournalBatch(kind: .put, id: 0, payloads: payloads, limit: options.maximumPayloadSize)
+        } catch {
+            return completion(.failure(JournalError(error)))
+        }
+        commit(batch, completion: completion) { batch in
+            batch.assignIDs(from: nextID)
+            nextID += UInt64(batch.changes.count)
+        }
+    }
+
+    /// Replaces a live record's payload as ``update(_:payload:)`` does, without blocking; `.unknownRecord` if `id` is
+    /// not live when the call is queued.
+    func update(_ id: UInt64, payload: Data, completion: @escaping @Sendable (Result<Void, JournalError>) -> Void) {
+        let batch: JournalBatch
+        do {
+            batch = try JournalBatch(kind: .update, id: id, payloads: [payload], limit: options.maximumPayloadSize)
+        } catch {
+            return completion(.failure(JournalError(error)))
+        }
+        commit(batch, completion: { completion($0.map { _ in () }) }) { _ in
+            guard index[id] != nil else { throw JournalError.unknownRecord(id) }
+        }
+    }
+
+    /// Removes live records as ``remove(_:)`` does, without blocking, all or none; ids not live when the call is
+    /// queued are ignored.
+    func remove(_ ids: [UInt64], completion: @escaping @Sendable (Result<Void, JournalError>) -> Void) {
+        let batch: JournalBatch
+        do {
+            batch = try JournalBatch(kind: .remove, id: 0, payloads: [], limit: 0)
+        } catch {
+            return completion(.failure(JournalError(error)))
+        }
+        commit(batch, completion: { completion($0.map { _ in () }) }) { batch in
+            var seen = Set<UInt64>()
+            batch.addRemovals(ids.filter { index[$0] != nil && seen.insert($0).inserted })
+        }
+    }
+
+    /// Releases the lock and closes the files; later calls throw (or complete with) `.closed`. Calls waiting for a
+    /// sync that already started complete; those still queued throw `.closed`, or complete with it on this thread
+    /// before `close()` returns.
     func close() {
+        var refused: [JournalBatch.Completion] = []
+        // Declared before the unlock below, so run after it: completions are called without the lock.
+        defer { for completion in refused { completion(.failure(.closed)) } }
         lock.lock()
         defer { lock.unlock() }
         guard !isClosed else { return }
         isClosed = true
         for batch in queue {
             batch.result = .failure(.closed)
-            batch.wakeup.signal()
+            if let completion = batch.completion {
+                refused.append(completion)
+            } else {
+                batch.wakeup.signal()
+            }
         }
         queue.removeAll()
+        // Handed to the writer queue and not taken: nothing is being written; the writer will find nothing to do.
+        if writerPending {
+            writerPending = false
+            leading = false
+        }
         if gatherTarget > 0 {
             gatherTarget = 0
             gathered.signal()

@@ -3,7 +3,36 @@ import Requests
 
 /// The group commit: every call waits in one queue; the first caller queued leads, writing and syncing all that is
 /// queued as one group, then hands the lead to the next. The state is the journal's, behind its lock.
+///
+/// Who leads: a blocking call's thread, or the writer queue (`writer`, serial, the journal's own) for a group of
+/// non-blocking calls only, so that no other thread ever waits for a non-blocking call. A blocking caller never
+/// waits for the writer queue to start: when it finds the lead handed to the writer and not yet taken
+/// (`writerPending`) it takes the lead itself, and a finished lead hands over to the first blocking caller queued
+/// if there is one, else to the writer. (The writer queue may be busy running a completion that made this very
+/// blocking call.) So a blocking caller waits only for a lead that is running.
 extension Journal {
+    /// What a lead leaves to its thread for when it no longer leads and has released the lock, so that a handler
+    /// may call the journal: the completions of the group's non-blocking calls, in the group's order, and the
+    /// events of a compaction.
+    struct LeadOutcome {
+        var completions: [(JournalBatch.Completion, Result<[UInt64], JournalError>)] = []
+        var events: [JournalEvent] = []
+
+        mutating func append(_ other: LeadOutcome) {
+            completions += other.completions
+            events += other.events
+        }
+    }
+
+    /// Who is to lead next, told by the thread that led once it has released the lock.
+    enum Handoff {
+        case none
+        /// A blocking caller, woken on its semaphore.
+        case caller(DispatchSemaphore)
+        /// The writer queue.
+        case writer
+    }
+
     /// Queues `batch` once `prepare` (run under the lock) accepts it, and returns when it is durable: as the
     /// leader that writes it, or after a leader did.
     func commit(_ batch: JournalBatch, prepare: (JournalBatch) throws -> Void) throws {
@@ -19,24 +48,20 @@ extension Journal {
             throw error
         }
         guard !batch.changes.isEmpty else { return lock.unlock() }
-        queue.append(batch)
-        // Threads are woken after the lock is released, so that they do not wake only to wait for it.
-        var wakesGatherer = false
-        if gatherTarget > 0, queue.count >= gatherTarget {
-            gatherTarget = 0
-            wakesGatherer = true
-        }
-        if !leading {
+        var wakesGatherer = enqueue(batch)
+        // Leads if no one does, or if the lead was handed to the writer queue, which has not taken it yet.
+        if !leading || writerPending {
             leading = true
+            writerPending = false
             batch.leads = true
         }
-        // What this thread's leads found, told once it no longer leads: a handler may call the journal.
-        var found: [JournalEvent] = []
+        // What this thread's lead left to do once it no longer leads.
+        var done = LeadOutcome()
         while true {
-            var nextLeader: JournalBatch?
+            var next = Handoff.none
             if batch.leads {
                 batch.leads = false
-                found += lead(handingOffTo: &nextLeader)
+                done.append(lead(handingOffTo: &next))
             }
             let result = batch.result
             lock.unlock()
@@ -44,9 +69,9 @@ extension Journal {
                 wakesGatherer = false
                 gathered.signal()
             }
-            nextLeader?.wakeup.signal()
+            hand(next)
             if let result {
-                for event in found { events?(event) }
+                finish(done)
                 return try result.get()
             }
             batch.wakeup.wait()
@@ -54,23 +79,94 @@ extension Journal {
         }
     }
 
+    /// Queues `batch` once `prepare` (run under the lock) accepts it, and returns at once; `completion` hears of
+    /// it once it is durable or failed, from the thread that wrote its group. If `prepare` refuses it, the journal
+    /// is closed, or it holds no change, `completion` is called here, before returning.
+    func commit(_ batch: JournalBatch, completion: @escaping JournalBatch.Completion, prepare: (JournalBatch) throws -> Void) {
+        lock.lock()
+        guard !isClosed else {
+            lock.unlock()
+            return completion(.failure(.closed))
+        }
+        do {
+            try prepare(batch)
+        } catch {
+            lock.unlock()
+            return completion(.failure(JournalError(error)))
+        }
+        guard !batch.changes.isEmpty else {
+            lock.unlock()
+            return completion(.success([]))
+        }
+        batch.completion = completion
+        let wakesGatherer = enqueue(batch)
+        var next = Handoff.none
+        if !leading {
+            leading = true
+            writerPending = true
+            next = .writer
+        }
+        lock.unlock()
+        if wakesGatherer { gathered.signal() }
+        hand(next)
+    }
+
+    /// Queues `batch`; returns whether a gathering leader is to be woken (after the lock is released, so that it
+    /// does not wake only to wait for it). Under the lock.
+    private func enqueue(_ batch: JournalBatch) -> Bool {
+        queue.append(batch)
+        guard gatherTarget > 0, queue.count >= gatherTarget else { return false }
+        gatherTarget = 0
+        return true
+    }
+
+    /// Leads on the writer queue, unless a blocking caller took the lead meanwhile or `close()` cancelled it.
+    private func leadOnWriter() {
+        lock.lock()
+        guard writerPending else { return lock.unlock() }
+        writerPending = false
+        var next = Handoff.none
+        let done = lead(handingOffTo: &next)
+        lock.unlock()
+        hand(next)
+        finish(done)
+    }
+
+    /// Wakes the next leader. Without the lock.
+    private func hand(_ next: Handoff) {
+        switch next {
+        case .none: break
+        case let .caller(wakeup): wakeup.signal()
+        case .writer: writer.async { self.leadOnWriter() }
+        }
+    }
+
+    /// Calls the completions, then tells the events. Without the lock, and not leading.
+    private func finish(_ done: LeadOutcome) {
+        for (completion, outcome) in done.completions { completion(outcome) }
+        for event in done.events { events?(event) }
+    }
+
     /// Gathers, then writes and syncs every queued batch as one, then applies them, or fails them all and cuts off
-    /// what was written; then makes the first call queued meanwhile the next leader (`next`, for the caller to wake
-    /// once it has released the lock). Called and returns with the lock held; releases it to wait and for the I/O.
-    /// Returns the events of a compaction.
-    private func lead(handingOffTo next: inout JournalBatch?) -> [JournalEvent] {
+    /// what was written; then hands the lead to the first blocking call queued meanwhile, or else, if calls are
+    /// queued, to the writer queue (`next`, for the caller to wake once it has released the lock). Called and
+    /// returns with the lock held; releases it to wait and for the I/O.
+    private func lead(handingOffTo next: inout Handoff) -> LeadOutcome {
         gather()
         let group = queue
         queue.removeAll()
-        let found = group.isEmpty ? [] : write(group)
-        if let first = queue.first {
-            first.leads = true
-            next = first
+        let done = group.isEmpty ? LeadOutcome() : write(group)
+        if let caller = queue.first(where: { $0.completion == nil }) {
+            caller.leads = true
+            next = .caller(caller.wakeup)
+        } else if !queue.isEmpty {
+            writerPending = true
+            next = .writer
         } else {
             leading = false
             closeWaiter?.signal()
         }
-        return found
+        return done
     }
 
     /// If the last group held more calls than are queued, waits until as many are (their callers are likely on
@@ -96,9 +192,10 @@ extension Journal {
     }
 
     /// Writes and syncs `group` (after the zeros `JournalSpace` asks for: if they cannot be written, the calls that
-    /// add records fail and removals go on), applies it or fails it, and compacts if it is time. Under the lock;
-    /// releases it for the I/O. Returns the events of a compaction.
-    private func write(_ group: [JournalBatch]) -> [JournalEvent] {
+    /// add records fail and removals go on), applies it or fails it, wakes its blocking callers, and compacts if it
+    /// is time. Under the lock; releases it for the I/O. Returns the completions to call and the events of a
+    /// compaction.
+    private func write(_ group: [JournalBatch]) -> LeadOutcome {
         let start = length
         let target = file
         let cut = mustCut
@@ -156,11 +253,16 @@ extension Journal {
             length = end
         }
         let compacts = failure == nil && !isClosed && shouldCompact()
+        var done = LeadOutcome()
+        for batch in group {
+            if let completion = batch.completion, let outcome = batch.outcome { done.completions.append((completion, outcome)) }
+        }
         // Woken without the lock held, so that they do not wake only to wait for it.
         lock.unlock()
         defer { lock.lock() }
-        for batch in group { batch.wakeup.signal() }
-        return compacts ? compact() : []
+        for batch in group where batch.completion == nil { batch.wakeup.signal() }
+        if compacts { done.events = compact() }
+        return done
     }
 
     /// Cuts a failed group off, durably whatever `options.sync`: it must never come back, not even after a power loss.

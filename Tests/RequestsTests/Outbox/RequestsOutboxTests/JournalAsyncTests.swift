@@ -194,9 +194,23 @@ final class JournalAsyncTests: XCTestCase {
         XCTAssertEqual(log.result(2), .success([]), "nothing to remove: completed at once")
         XCTAssertEqual(journal.queuedCallCount, 1)
         // The writer queue is busy: the blocking call does not wait for it, and leads both calls as one group.
-        XCTAssertEqual(try journal.append([samplePayload(3)]), [2])
+        let results = JournalCallResults()
+        let blocking = ThreadBox()
+        let returned = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            blocking.set()
+            results.store(3, Result { try journal.append([samplePayload(3)]) })
+            returned.signal()
+        }
+        let waited = returned.wait(timeout: .now() + 60)
+        XCTAssertEqual(waited, .success, "the blocking call did not wait for the writer queue")
+        if waited == .timedOut {
+            busy.release()
+            returned.wait()
+        }
+        XCTAssertEqual(try results.get(3).get(), [2])
         XCTAssertEqual(try log.ids(1), [1], "completed by the blocking call's thread before it returned")
-        XCTAssertTrue(log.ranOnCallersThread(1...1))
+        XCTAssertTrue(log.ran(1, on: blocking.identifier))
         XCTAssertEqual(journal.groupCommits.groups, 1)
         XCTAssertEqual(journal.groupCommits.calls, 2)
         busy.release()

@@ -413,7 +413,9 @@ private final class SyncGate: Sendable {
         fileSystem.setFault { call, number, _ in
             if call == .syncData, number == sync {
                 held.signal()
-                released.wait()
+                // A limit, not a margin: a journal that wrongly made the test's own thread wait here fails the test
+                // after a minute rather than hanging it.
+                _ = released.wait(timeout: .now() + 60)
                 return nil
             }
             return fault?(call, number)
@@ -435,7 +437,8 @@ private final class WriterBlocker: Sendable {
         let released = released
         journal.writer.async {
             running.signal()
-            released.wait()
+            // A limit, not a margin, as in `SyncGate`.
+            _ = released.wait(timeout: .now() + 60)
         }
         running.wait()
     }

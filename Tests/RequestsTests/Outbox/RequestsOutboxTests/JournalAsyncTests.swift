@@ -375,23 +375,29 @@ final class JournalAsyncTests: XCTestCase {
             for call in 0..<3 {
                 let payloads = (0..<(call + 1)).map { samplePayload(base + call * 3 + $0) }
                 pending.enter()
-                journal.append(payloads, completion: model.once(pending) { result in
-                    model.settle(result) { ids in model.add(ids, payloads) }
-                })
+                journal.append(
+                    payloads,
+                    completion: model.once(pending) { result in
+                        model.settle(result) { ids in model.add(ids, payloads) }
+                    })
             }
             let live = model.someLive(round, count: 3)
             if let id = live.first {
                 let payload = samplePayload(base + 9, size: 30)
                 pending.enter()
-                journal.update(id, payload: payload, completion: model.once(pending) { result in
-                    model.settle(result) { _ in model.set(id, payload) }
-                })
+                journal.update(
+                    id, payload: payload,
+                    completion: model.once(pending) { result in
+                        model.settle(result) { _ in model.set(id, payload) }
+                    })
             }
             let doomed = Array(live.dropFirst())
             pending.enter()
-            journal.remove(doomed, completion: model.once(pending) { result in
-                model.settle(result) { _ in model.drop(doomed) }
-            })
+            journal.remove(
+                doomed,
+                completion: model.once(pending) { result in
+                    model.settle(result) { _ in model.drop(doomed) }
+                })
             pending.wait()
         }
     }
@@ -590,5 +596,9 @@ private final class MixModel: @unchecked Sendable {
 private final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var value = 0
-    func increment() -> Int { lock.withLock { value += 1; return value } }
+    func increment() -> Int {
+        lock.withLock {
+            value += 1; return value
+        }
+    }
 }

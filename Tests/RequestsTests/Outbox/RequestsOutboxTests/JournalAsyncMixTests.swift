@@ -10,8 +10,9 @@ import Darwin
 #endif
 
 /// Many threads at once, half of them making blocking calls and half non-blocking ones, among injected write
-/// failures (a full disk half-way through a write) and compactions: each completion is called once, and the journal,
-/// and a reopen, keep exactly the changes whose calls succeeded. Run under ThreadSanitizer too.
+/// failures (a full disk half-way through a write), and the compactions a small minimum allows: each completion is
+/// called once, and the journal, and a reopen, keep exactly the changes whose calls succeeded. Run under
+/// ThreadSanitizer too.
 final class JournalAsyncMixTests: XCTestCase {
     func testManyThreadsMixingBothFormsAmongFailuresKeepExactlyWhatSucceeded() throws {
         let folder = makeJournalFolder(self)

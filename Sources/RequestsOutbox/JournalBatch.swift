@@ -2,8 +2,11 @@ import Foundation
 import Requests
 
 /// One call's records, encoded, waiting for a group commit. Its `var`s are changed under the journal's lock only,
-/// `bytes` and `changes` only before the batch is queued.
+/// `bytes`, `changes` and `completion` only before the batch is queued.
 final class JournalBatch {
+    /// What a non-blocking call is told: the ids of the batch's records (those given, for puts), or the error.
+    typealias Completion = @Sendable (Result<[UInt64], JournalError>) -> Void
+
     /// What one record of a batch does.
     struct Change {
         var kind: JournalFormat.Kind
@@ -18,10 +21,15 @@ final class JournalBatch {
     var changes: [Change] = []
     /// Set when the batch is durable or failed.
     var result: Result<Void, JournalError>?
-    /// The caller is to lead the next group commit.
+    /// The caller is to lead the next group commit (a blocking call's only).
     var leads = false
-    /// Wakes the caller: its result is set, or it is to lead.
+    /// Wakes the caller of a blocking call: its result is set, or it is to lead.
     let wakeup = DispatchSemaphore(value: 0)
+    /// A non-blocking call's completion; `nil` for a blocking call, whose caller waits on `wakeup`.
+    var completion: Completion?
+
+    /// What `completion` is to be told, once `result` is set.
+    var outcome: Result<[UInt64], JournalError>? { result.map { result in result.map { changes.map(\.id) } } }
 
     /// Whether the batch adds records (puts, updates), which need the reserve of zeros after them; removals do not.
     var grows: Bool { changes.first?.kind != .remove }

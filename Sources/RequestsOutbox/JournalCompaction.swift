@@ -7,7 +7,8 @@ import Requests
 /// 1. remove a leftover `journal.compacting` and create it anew (`0600`): the journal file is untouched;
 /// 2. write a header (whose id floor is the next id to give) and each live record, read back from the journal
 ///    file and checked, as a put of its own: still untouched;
-/// 3. `fdatasync` the new file: still untouched; a crash leaves a leftover, removed at the next open;
+/// 3. sync the new file (`fdatasync`; as `Options.sync` asks on Apple systems): still untouched; a crash leaves a
+///    leftover, removed at the next open;
 /// 3b. write the checkpoint naming both files, and sync it (the caller's `beforeRename`): after a crash from here
 ///    on, whichever file the name holds is one the checkpoint knows, so neither is taken for a replaced journal;
 /// 4. `rename` it over the journal file: atomic; after a crash the name holds the old file or the new one, both
@@ -31,7 +32,7 @@ enum JournalCompaction {
     /// before the rename, removes the new file and throws, leaving the journal as it was.
     static func run(
         fileSystem: JournalFileSystem, directory: Int32, directoryURL: URL, journalName: String,
-        old: Int32, live: [(id: UInt64, location: JournalLocation)], identity: JournalFileIdentity,
+        old: Int32, live: [(id: UInt64, location: JournalLocation)], identity: JournalFileIdentity, sync: JournalSync,
         beforeRename: (UInt64) throws -> Void
     ) throws -> Outcome {
         let url = directoryURL.appendingPathComponent(temporaryName)
@@ -61,7 +62,7 @@ enum JournalCompaction {
             }
             try fileSystem.write(file, buffer, at: outcome.length)
             outcome.length += UInt64(buffer.count)
-            try fileSystem.syncData(file)
+            try fileSystem.syncData(file, mode: sync)
             try beforeRename(outcome.length)
             try fileSystem.rename(temporaryName, to: journalName, in: directory)
             return outcome
@@ -95,7 +96,7 @@ extension Journal {
         do {
             outcome = try JournalCompaction.run(
                 fileSystem: fileSystem, directory: directoryFile, directoryURL: directory, journalName: Self.journalName,
-                old: old, live: live, identity: identity
+                old: old, live: live, identity: identity, sync: options.sync
             ) { newLength in
                 // Either file may hold the name after a crash from here on: the synced checkpoint names both.
                 try checkpoint.write(

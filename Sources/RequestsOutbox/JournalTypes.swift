@@ -96,7 +96,7 @@ extension JournalError {
 }
 
 extension Journal {
-    /// Limits, which tests make small.
+    /// Limits, which tests make small, and how to sync.
     struct Options: Sendable {
         /// The largest payload accepted.
         var maximumPayloadSize = JournalFormat.maximumPayloadSize
@@ -108,6 +108,10 @@ extension Journal {
         /// With `preallocation`, calls that add records fail unless this many bytes of zeros follow them, kept for
         /// removals: on a full disk, entries can still leave.
         var reserve: UInt64 = 64 << 10
+        /// How group commits and compactions sync (see ``JournalSync``): `.full` (the default) survives a power
+        /// loss; `.barrier` keeps order and survives a crash but a power loss may lose the last calls. The same on
+        /// Linux. Opening and the cut-off of a failed group always sync fully.
+        var sync = JournalSync.full
         init() {}
     }
 

@@ -146,7 +146,7 @@ final class MemoryFileSystem: JournalFileSystem, @unchecked Sendable {
         }
     }
 
-    func syncData(_ file: Int32) throws {
+    func syncData(_ file: Int32, mode: JournalSync) throws {
         try mutex.withLock {
             let inode = try inode(file)
             inode.durable = inode.current
@@ -201,6 +201,7 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     private var dead = false
     /// The checkpoint file's open descriptors.
     private var checkpointFiles: Set<Int32> = []
+    private var modes: [JournalSync] = []
     private var faultHandler: (@Sendable (_ call: Call, _ number: Int, _ overall: Int) -> Fault?)?
 
     init(_ inner: JournalFileSystem) { self.inner = inner }
@@ -210,6 +211,9 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
     func setFault(_ handler: (@Sendable (_ call: Call, _ number: Int, _ overall: Int) -> Fault?)?) {
         mutex.withLock { faultHandler = handler }
     }
+
+    /// The modes of the `syncData` calls made so far, in order.
+    var syncModes: [JournalSync] { mutex.withLock { modes } }
 
     /// The number of calls made so far, of one kind or of all.
     func count(_ call: Call? = nil) -> Int { mutex.withLock { call.map { counts[$0, default: 0] } ?? total } }
@@ -263,9 +267,10 @@ final class FaultyFileSystem: JournalFileSystem, @unchecked Sendable {
         try check(.truncate, file: file)
         try inner.truncate(file, to: length)
     }
-    func syncData(_ file: Int32) throws {
+    func syncData(_ file: Int32, mode: JournalSync) throws {
         try check(.syncData, file: file)
-        try inner.syncData(file)
+        mutex.withLock { modes.append(mode) }
+        try inner.syncData(file, mode: mode)
     }
     func syncDirectory(_ directory: Int32) throws {
         try check(.syncDirectory)

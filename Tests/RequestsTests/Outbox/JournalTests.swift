@@ -206,6 +206,37 @@ final class JournalTests: XCTestCase {
         XCTAssertTrue(JournalError.writeFailed(errno: ENOSPC, operation: "write").description.contains("No space left on device"))
     }
 
+    func testTheSyncModeReachesTheFileSystemAndOpeningAndCutOffsSyncFully() throws {
+        XCTAssertEqual(Journal.Options().sync, .full, "full sync unless asked otherwise")
+        let folder = makeJournalFolder(self)
+        let fileSystem = FaultyFileSystem(PosixJournalFileSystem())
+        var options = Journal.Options.exactSize
+        options.sync = .barrier
+        options.compactionMinimum = 10
+        let log = JournalEventLog()
+        let journal = try Journal(directory: folder, options: options, fileSystem: fileSystem, events: log.handler)
+        XCTAssertEqual(fileSystem.syncModes, [.full], "what opening recovered is synced fully")
+        let ids = try journal.append([samplePayload(1), samplePayload(2)])
+        XCTAssertEqual(fileSystem.syncModes, [.full, .barrier])
+        // A removal that compacts: the group's sync and the new file's.
+        try journal.remove([ids[0]])
+        guard case .compacted? = log.events.last else { return XCTFail("compacted: \(log.events)") }
+        XCTAssertEqual(fileSystem.syncModes, [.full, .barrier, .barrier, .barrier])
+        // A failed group's cut-off is full whatever the mode: the group must not come back after a power loss.
+        let failing = fileSystem.count(.syncData) + 1
+        fileSystem.setFault { call, number, _ in call == .syncData && number == failing ? .fail(errno: EIO, writtenFirst: 0) : nil }
+        XCTAssertThrowsError(try journal.append([samplePayload(3)]))
+        XCTAssertEqual(fileSystem.syncModes.suffix(1), [.full], "the failed sync was not made; the cut-off's was, fully")
+        XCTAssertEqual(try journal.append([samplePayload(4)]), [4])
+        journal.close()
+        // On Linux both modes are fdatasync: the real file system takes either.
+        var reopenOptions = Journal.Options()
+        reopenOptions.sync = .barrier
+        let reopened = try Journal(directory: folder, options: reopenOptions, fileSystem: PosixJournalFileSystem())
+        XCTAssertEqual(reopened.recovered, [JournalRecord(id: 2, payload: samplePayload(2)), JournalRecord(id: 4, payload: samplePayload(4))])
+        XCTAssertEqual(try reopened.append([samplePayload(5)]), [5])
+    }
+
     private func mode(of url: URL) throws -> Int {
         try XCTUnwrap(FileManager.default.attributesOfItem(atPath: url.path)[.posixPermissions] as? Int)
     }

@@ -94,7 +94,9 @@ public final class Outbox: @unchecked Sendable {
         self.typeNames = typeNames
         let events = OutboxJournalEvents()
         do {
-            journal = try Journal(directory: directory, events: { events.record($0) })
+            var journalOptions = Journal.Options()
+            journalOptions.sync = options.durability == .barrier ? .barrier : .full
+            journal = try Journal(directory: directory, options: journalOptions, fileSystem: PosixJournalFileSystem(), events: { events.record($0) })
         } catch {
             throw Self.outboxError(error, directory: directory)
         }

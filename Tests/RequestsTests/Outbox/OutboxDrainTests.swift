@@ -69,6 +69,18 @@ final class OutboxDrainTests: XCTestCase {
         XCTAssertLessThanOrEqual(groups, 64 / 8 + 1, "\(groups) syncs for 64 removals")
     }
 
+    func testTheDurabilityChoiceReachesTheJournal() throws {
+        XCTAssertEqual(OutboxOptions().durability, .full)
+        var options = testOutboxOptions
+        options.durability = .barrier
+        let barrier = try Outbox(directory: makeOutboxFolder(self), queue: OperationQueue(), requestTypes: [PostNote.self], options: options)
+        defer { barrier.close() }
+        XCTAssertEqual(barrier.journal.options.sync, .barrier)
+        let full = try open(makeOutboxFolder(self))
+        defer { full.close() }
+        XCTAssertEqual(full.journal.options.sync, .full)
+    }
+
     func testRemovalsNotYetWrittenAreWrittenByClose() throws {
         let (path, received) = recordingPath()
         let folder = makeOutboxFolder(self)

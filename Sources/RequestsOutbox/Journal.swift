@@ -62,8 +62,12 @@ final class Journal: @unchecked Sendable {
     /// While a leader gathers: the queue length that wakes it (0 when none gathers), and its semaphore.
     var gatherTarget = 0
     let gathered = DispatchSemaphore(value: 0)
-    /// Leads the groups of non-blocking calls only (see JournalGroupCommit.swift), then calls their completions.
+    /// Leads the groups of non-blocking calls only (see JournalGroupCommit.swift).
     let writer = DispatchQueue(label: "Requests.Journal.writer")
+    /// Calls the completions of queued non-blocking calls, in order. Never the thread that wrote their group: that may
+    /// be a blocking caller, which may hold a lock of its own that a completion takes.
+    let completions = DispatchQueue(label: "Requests.Journal.completions")
+    private static let completionsKey = DispatchSpecificKey<Bool>()
     /// A failed write may have left bytes after `length`: the next leader cuts them off, durably, first.
     var mustCut = false
     /// A compaction's rename is not yet durable: the next leader syncs the folder first.
@@ -84,6 +88,7 @@ final class Journal: @unchecked Sendable {
     /// Opens the journal with `options` through `fileSystem` (tests fail its calls or simulate crashes).
     init(directory: URL, options: Options = Options(), fileSystem: JournalFileSystem, events: (@Sendable (JournalEvent) -> Void)? = nil) throws {
         let opened = try Self.open(directory, fileSystem: fileSystem, events: events)
+        completions.setSpecific(key: Self.completionsKey, value: true)
         self.directory = directory
         self.options = options
         self.fileSystem = fileSystem
@@ -167,13 +172,11 @@ final class Journal: @unchecked Sendable {
     // that calls it, so that it may call the journal. It is called before the call returns, on the caller's thread,
     // only when no I/O is needed: the journal is closed (`.closed`), a payload is too large (`.recordTooLarge`),
     // `update` names an id that is not live (`.unknownRecord`), or there is nothing to write (`append` of no
-    // payloads, `remove` of no live id). Any other call is queued and its completion is called later, once its
-    // group is synced or failed, after its result is set and in the order of the group, by the thread that wrote
-    // the group: the writer queue for a group of non-blocking calls only, or the thread of a blocking call that led
-    // it (a blocking call may so run completions of non-blocking calls, the caller's own earlier ones included,
-    // before it returns); or, with `.closed`, by the thread calling `close()` before it returns, for a call still
-    // queued then. Completions should be quick: the group's other completions, and its events, wait for them.
-    // Groups of non-blocking calls only complete one after the other, in the order of their calls.
+    // payloads, `remove` of no live id). Any other call is queued and its completion is called later, on the
+    // journal's serial `completions` queue, once its group is synced or failed, in the order of the groups and of
+    // the calls in each; or, with `.closed`, for a call still queued when `close()` is called, before `close()`
+    // returns. Never on the thread that wrote the group: that may be a blocking caller holding a lock of its own,
+    // which a completion may take.
 
     /// Appends records as ``append(_:)`` does, without blocking: `completion` gets the ids given, in order, once the
     /// records are synced, or the error, and then none of them exists, not even after a crash.
@@ -224,8 +227,13 @@ final class Journal: @unchecked Sendable {
     /// before `close()` returns.
     func close() {
         var refused: [JournalBatch.Completion] = []
-        // Declared before the unlock below, so run after it: completions are called without the lock.
-        defer { for completion in refused { completion(.failure(.closed)) } }
+        // Declared before the unlock below, so run after it: completions are called without the lock, on their
+        // queue, and have been called when `close()` returns (unless it is called from one of them).
+        defer {
+            let calls = refused
+            if !calls.isEmpty { completions.async { for completion in calls { completion(.failure(.closed)) } } }
+            if DispatchQueue.getSpecific(key: Self.completionsKey) == nil { completions.sync {} }
+        }
         lock.lock()
         defer { lock.unlock() }
         guard !isClosed else { return }

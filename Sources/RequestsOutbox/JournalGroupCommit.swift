@@ -141,9 +141,10 @@ extension Journal {
         }
     }
 
-    /// Calls the completions, then tells the events. Without the lock, and not leading.
+    /// Has the completions called on their queue, then tells the events. Without the lock, and not leading.
     private func finish(_ done: LeadOutcome) {
-        for (completion, outcome) in done.completions { completion(outcome) }
+        let calls = done.completions
+        if !calls.isEmpty { completions.async { for (completion, outcome) in calls { completion(outcome) } } }
         for event in done.events { events?(event) }
     }
 

@@ -79,9 +79,9 @@ final class CompletionLog: @unchecked Sendable {
     private var writer: [Int: Bool] = [:]
     private var storedOrder: [Int] = []
 
-    /// Made on the thread that makes the calls (the caller's thread); tells the journal's writer queue by a key.
+    /// Made on the thread that makes the calls (the caller's thread); tells the journal's completion queue by a key.
     init(_ journal: Journal) {
-        journal.writer.setSpecific(key: writerKey, value: true)
+        journal.completions.setSpecific(key: writerKey, value: true)
     }
 
     /// The completion of call `number`.
@@ -119,7 +119,7 @@ final class CompletionLog: @unchecked Sendable {
     var callCounts: [Int: Int] { lock.withLock { counts } }
     func result(_ number: Int) -> Result<[UInt64], JournalError>? { lock.withLock { results[number] } }
     func ids(_ number: Int) throws -> [UInt64] { try XCTUnwrap(result(number)).get() }
-    func ranOnWriter(_ number: Int) -> Bool { lock.withLock { writer[number] == true } }
+    func ranOnCompletionQueue(_ number: Int) -> Bool { lock.withLock { writer[number] == true } }
     func ran(_ number: Int, on thread: ObjectIdentifier?) -> Bool { lock.withLock { threads[number] != nil && threads[number] == thread } }
     func ranOnCallersThread(_ numbers: ClosedRange<Int>) -> Bool { numbers.contains { ran($0, on: caller) } }
 }

@@ -35,6 +35,8 @@ struct OutboxDrainSettings {
     /// Entries per `enqueue(contentsOf:)` call in that mode; 0: each lane in one call.
     var enqueueBatch = 100
     var warmUp = true
+    /// For a profiler: time one side only ("outbox" or "direct"); no ratio then.
+    var side: String?
 
     init(_ arguments: [String]) {
         var flags = FlagReader(arguments, mode: "outbox-drain")
@@ -63,6 +65,10 @@ struct OutboxDrainSettings {
             case "--against-direct": againstDirect = true
             case "--enqueue-batch": enqueueBatch = flags.number(flag)
             case "--no-warm-up": warmUp = false
+            case "--side":
+                let text = flags.value(flag)
+                guard text == "outbox" || text == "direct" else { fail("outbox-drain: --side takes outbox or direct, not \(text)", code: 2) }
+                side = text
             default: fail("outbox-drain: unknown argument \(flag)\n\(Options.usage)", code: 2)
             }
         }

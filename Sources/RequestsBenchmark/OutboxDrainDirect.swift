@@ -7,7 +7,8 @@ import RequestsOutbox
 import RequestsTestServer
 
 // `requests-bench outbox-drain --against-direct [--entries 4000] [--lanes 4] [--concurrency 8] [--rounds 5]
-// [--enqueue-batch 100] [--no-warm-up] [--attempt-timeout 15]`: issue 47's rows, in one run.
+// [--enqueue-batch 100] [--no-warm-up] [--side outbox|direct] [--attempt-timeout 15]`: issue 47's rows, in one run
+// (--side: one side only, for a profiler such as callgrind).
 //
 // 1. "A backlog drains at ≥ 0.9× the rate of the same POSTs sent directly through the queue with the same lanes and
 //    concurrency." Each round times, in alternating order, (a) the outbox drain without faults: --entries
@@ -36,6 +37,10 @@ struct SideRun {
     var entries: Int
     var seconds = Double.nan
     var cpuSeconds = Double.nan
+    /// Of `cpuSeconds`, the system's (the kernel's work for the process: sockets, the journal's writes and syncs).
+    var systemSeconds = Double.nan
+    /// The process's context switches (voluntary and not) during the timed part.
+    var contextSwitches = 0
     var deliveries = 0
     var connections = 0
     /// The outbox's journal: group commits and calls while enqueueing, and from resume until every removal is durable.
@@ -238,7 +243,7 @@ private func runOutboxSide(round: Int, entries: Int, settings: OutboxDrainSettin
     watcher.addOperation(end)
 
     let arrivalsBefore = server.arrivals.count
-    let before = ResourceUsage.usage()
+    let before = ResourceUsage.usage(), systemBefore = ResourceUsage.userAndSystemMicroseconds().system
     let start = ResourceUsage.now()
     outbox.isSuspended = false
     let limit = 120 + Double(entries) * settings.attemptTimeout / 10
@@ -248,7 +253,10 @@ private func runOutboxSide(round: Int, entries: Int, settings: OutboxDrainSettin
     } else {
         run.seconds = moment.value - start
     }
-    run.cpuSeconds = (ResourceUsage.usage().cpuMicroseconds - before.cpuMicroseconds) / 1_000_000
+    let after = ResourceUsage.usage()
+    run.cpuSeconds = (after.cpuMicroseconds - before.cpuMicroseconds) / 1_000_000
+    run.contextSwitches = after.contextSwitches - before.contextSwitches
+    run.systemSeconds = (ResourceUsage.userAndSystemMicroseconds().system - systemBefore) / 1_000_000
     // Every removal durable: no live record left (removals are written in groups, the last ones once idle).
     let removalLimit = ResourceUsage.now() + 10
     while outbox.journalLiveCount > 0, ResourceUsage.now() < removalLimit { usleep(200) }
@@ -284,7 +292,7 @@ private func runDirectSide(round: Int, entries: Int, settings: OutboxDrainSettin
     }
     let chains = DirectChains(lanes: lanes, queue: setup.queue, session: setup.session)
     let arrivalsBefore = server.arrivals.count
-    let before = ResourceUsage.usage()
+    let before = ResourceUsage.usage(), systemBefore = ResourceUsage.userAndSystemMicroseconds().system
     let start = ResourceUsage.now()
     chains.start()
     let limit = 120 + Double(entries) * settings.attemptTimeout / 10
@@ -293,7 +301,10 @@ private func runDirectSide(round: Int, entries: Int, settings: OutboxDrainSettin
     } else {
         run.seconds = chains.end - start
     }
-    run.cpuSeconds = (ResourceUsage.usage().cpuMicroseconds - before.cpuMicroseconds) / 1_000_000
+    let after = ResourceUsage.usage()
+    run.cpuSeconds = (after.cpuMicroseconds - before.cpuMicroseconds) / 1_000_000
+    run.contextSwitches = after.contextSwitches - before.contextSwitches
+    run.systemSeconds = (ResourceUsage.userAndSystemMicroseconds().system - systemBefore) / 1_000_000
     let failed = chains.failed
     if !failed.isEmpty {
         run.problems.append("\(failed.values.reduce(0, +)) POSTs failed: " + failed.map { "\($0.value)× \($0.key)" }.joined(separator: "; "))
@@ -307,7 +318,9 @@ private func runDirectSide(round: Int, entries: Int, settings: OutboxDrainSettin
 private func describe(_ run: SideRun) -> String {
     var text =
         "\(grouped(run.entriesPerSecond)) entries/s (\(fixed(run.seconds, 2)) s, CPU \(fixed(run.cpuSeconds, 2)) s = "
-        + "\(grouped(run.cpuSeconds * 1_000_000 / Double(run.entries))) µs per entry, client and server); "
+        + "\(grouped(run.cpuSeconds * 1_000_000 / Double(run.entries))) µs per entry, client and server, "
+        + "\(grouped(run.systemSeconds * 1_000_000 / Double(run.entries))) µs of it in the kernel; "
+        + "\(fixed(Double(run.contextSwitches) / Double(run.entries), 1)) context switches per entry); "
         + "\(grouped(Double(run.deliveries))) deliveries, \(run.connections) connections"
     if run.side == .outbox {
         text +=
@@ -330,7 +343,7 @@ func runDrainAgainstDirectCommand(_ given: OutboxDrainSettings) -> Never {
         "outbox-drain --against-direct: \(settings.entries) entries, \(settings.lanes) lanes, \(settings.concurrency) at once, "
             + "\(settings.rounds) rounds, enqueue \(batch); the embedded LoopbackServer in this process")
     var account = SyncAccount()
-    if settings.warmUp {
+    if settings.warmUp, settings.side == nil {
         let entries = min(settings.entries, 400)
         let outbox = runOutboxSide(round: 0, entries: entries, settings: settings, server: server, account: &account)
         let direct = runDirectSide(round: 0, entries: entries, settings: settings, server: server)
@@ -340,7 +353,7 @@ func runDrainAgainstDirectCommand(_ given: OutboxDrainSettings) -> Never {
     for round in 1...settings.rounds {
         // Odd rounds start with the outbox, even ones with the direct sends, so a drift of the machine favours neither.
         let sides: [DrainSide] = round % 2 == 1 ? [.outbox, .direct] : [.direct, .outbox]
-        for side in sides {
+        for side in sides where settings.side == nil || settings.side == (side == .outbox ? "outbox" : "direct") {
             let run =
                 side == .outbox
                 ? runOutboxSide(round: round, entries: settings.entries, settings: settings, server: server, account: &account)

@@ -63,7 +63,7 @@ struct Options {
                requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]
                               [--rounds 2] [--attempt-timeout 15] [--base-delay 0.05]
                requests-bench outbox-drain --against-direct [--entries 4000] [--lanes 4] [--concurrency 8] [--rounds 5]
-                              [--enqueue-batch 100] [--no-warm-up]
+                              [--enqueue-batch 100] [--no-warm-up] [--side outbox|direct]
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
 
@@ -113,7 +113,8 @@ struct Options {
                              the outbox drain without faults (entries enqueued untimed, --enqueue-batch per call, 0: a
                              lane per call) and the same POSTs sent directly with addRequest, each lane a chain, the
                              same queue width and connections; prints both rates, outbox ÷ direct (goal ≥ 0.9), and the
-                             drain's journal group commits per removal (goal ≤ 1/8), with the counts to check with strace
+                             drain's journal group commits per removal (goal ≤ 1/8), with the counts to check with strace.
+                             --side: time one side only (for a profiler such as callgrind)
           post-keepalive     instead: issue 46's POST row. nginx (1 worker) with two servers answering POST /post, one
                              with keepalive_requests 5 (Connection: close on the 5th answer), one with 1000; the library POSTs
                              a --body-bytes JSON through OperationQueue.addRequest, --requests per round, rounds alternating,

@@ -92,7 +92,7 @@ func outboxEnqueueSection(_ figures: OutboxEnqueueFigures) -> Section {
             measure: "\(threads), the journal alone: one \(figures.recordBytes) B entry record per append "
                 + "(\(figures.journalRounds.count) run\(figures.journalRounds.count == 1 ? "" : "s"), alternating)",
             library: "enqueue \(grouped(single.entriesPerSecond))/s", baseline: "journal \(grouped(figures.journal.entriesPerSecond)) records/s",
-            comparison: "enqueue ÷ journal \(fixed(ratio, 2)) (per round: \(ratios.map { fixed($0, 2) }.joined(separator: ", "))); CPU per entry "
+            comparison: "enqueue ÷ journal \(fixed(ratio, 3)) (per round: \(ratios.map { fixed($0, 3) }.joined(separator: ", "))); CPU per entry "
                 + "\(grouped(single.cpuMicrosecondsPerEntry)) µs, journal \(grouped(figures.journal.cpuMicrosecondsPerEntry)) µs",
             goal: "≥ \(fixed(OutboxGoals.shareOfJournal, 1))×", verdict: verdict([ratio], passes: ratio >= OutboxGoals.shareOfJournal)))
     section.rows.append(

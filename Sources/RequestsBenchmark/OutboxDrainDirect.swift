@@ -56,35 +56,6 @@ struct SideRun {
     var syncsPerRemoval: Double { Double(drainGroups) / Double(entries) }
 }
 
-/// The direct side's request: what an outbox attempt of a `DrainEntry` sends, and how (one attempt, no cache, the
-/// attempt timeout as its deadline), with the answer's body as its success.
-struct DirectDrainPost: DataRequest {
-    typealias Success = Data
-    typealias Failure = Error
-
-    let url: URL
-    let body: Data
-    let key: String
-    let identifier: String
-    let limits: TransferLimits?
-
-    var validHTTPStatusCodes: [Int] { [200, 201, 204] }
-    var retryPolicy: RetryPolicy? { RetryPolicy(maxAttempts: 1) }
-    var responseCache: ResponseCache? { nil }
-    var cacheUse: CacheUse { .bypass }
-
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        var request = URLRequest(url: url)
-        request.httpMethod = "POST"
-        request.httpBody = body
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key")
-        completion(.success(request))
-    }
-
-    func processData(_ data: Data) throws -> Data { data }
-}
-
 /// The direct side's lanes: each a chain of POSTs, the next added when the previous completes.
 private final class DirectChains: @unchecked Sendable {
     private let lanes: [[DirectDrainPost]]

@@ -6,8 +6,8 @@ import Requests
 import RequestsOutbox
 import RequestsTestServer
 
-// The drain benchmarks' entry and server side (`requests-bench outbox-drain`, OutboxDrain.swift and
-// OutboxDrainDirect.swift).
+// The drain benchmarks' requests (the outbox's entry, and the same POST sent directly) and server side
+// (`requests-bench outbox-drain`, OutboxDrain.swift and OutboxDrainDirect.swift).
 
 /// One entry: a POST of a small JSON body, answered 201.
 struct DrainEntry: OutboxRequest, NoContentRequest {
@@ -30,6 +30,35 @@ struct DrainEntry: OutboxRequest, NoContentRequest {
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         completion(.success(request))
     }
+}
+
+/// The direct side's request: what an outbox attempt of a `DrainEntry` sends, and how (one attempt, no cache, the
+/// attempt timeout as its deadline), with the answer's body as its success.
+struct DirectDrainPost: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+
+    let url: URL
+    let body: Data
+    let key: String
+    let identifier: String
+    let limits: TransferLimits?
+
+    var validHTTPStatusCodes: [Int] { [200, 201, 204] }
+    var retryPolicy: RetryPolicy? { RetryPolicy(maxAttempts: 1) }
+    var responseCache: ResponseCache? { nil }
+    var cacheUse: CacheUse { .bypass }
+
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = body
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key")
+        completion(.success(request))
+    }
+
+    func processData(_ data: Data) throws -> Data { data }
 }
 
 /// The drain's server side, for one scenario: applies each `Idempotency-Key` once, answers its repeats as the first

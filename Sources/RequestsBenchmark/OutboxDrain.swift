@@ -15,7 +15,8 @@ import RequestsTestServer
 // server applies the entry, then closes the connection without answering); --refusals of the keys are answered 503
 // on their first arrival, unapplied. The server (DrainLedger) applies each Idempotency-Key once and answers its
 // repeats 201 like the first time. Checks: every entry applied exactly once, with one body; nothing pending or parked;
-// no request arrived with its head and not its body.
+// no request arrived with its head and not its body. With --against-direct: issue 47's rows instead (the drain
+// against the same POSTs sent directly, and syncs per removal; OutboxDrainDirect.swift).
 
 /// The drain benchmark's settings.
 struct OutboxDrainSettings {
@@ -29,6 +30,14 @@ struct OutboxDrainSettings {
     var attemptTimeout = 15.0
     var baseDelay = 0.05
     var maxDelay = 1.0
+    /// Issue 47's mode (OutboxDrainDirect.swift), its rounds (default 5) and its options.
+    var againstDirect = false
+    var roundsGiven = false
+    /// Entries per `enqueue(contentsOf:)` call in that mode; 0: each lane in one call.
+    var enqueueBatch = 100
+    var warmUp = true
+    /// For a profiler: time one side only ("outbox" or "direct"); no ratio then.
+    var side: String?
 
     init(_ arguments: [String]) {
         var flags = FlagReader(arguments, mode: "outbox-drain")
@@ -49,9 +58,18 @@ struct OutboxDrainSettings {
             case "--concurrency": concurrency = max(1, flags.number(flag))
             case "--lost": lost = rate(flag)
             case "--refusals": refusals = rate(flag)
-            case "--rounds": rounds = max(1, flags.number(flag))
+            case "--rounds":
+                rounds = max(1, flags.number(flag))
+                roundsGiven = true
             case "--attempt-timeout": attemptTimeout = seconds(flag)
             case "--base-delay": baseDelay = seconds(flag)
+            case "--against-direct": againstDirect = true
+            case "--enqueue-batch": enqueueBatch = flags.number(flag)
+            case "--no-warm-up": warmUp = false
+            case "--side":
+                let text = flags.value(flag)
+                guard text == "outbox" || text == "direct" else { fail("outbox-drain: --side takes outbox or direct, not \(text)", code: 2) }
+                side = text
             default: fail("outbox-drain: unknown argument \(flag)\n\(Options.usage)", code: 2)
             }
         }
@@ -63,139 +81,6 @@ enum DrainScenario: String, CaseIterable {
     case clean = "no faults"
     case lost = "lost answers"
     case refusals = "503s"
-}
-
-/// One entry: a POST of a small JSON body, answered 201.
-struct DrainEntry: OutboxRequest, NoContentRequest {
-    var url: String
-    var lane: String
-    var seq: Int
-
-    var identifier: String { "\(lane):\(seq)" }
-    var validHTTPStatusCodes: [Int] { [200, 201, 204] }
-    var shouldEnforceNoContent: Bool { false }
-
-    /// About 90 bytes: `{"lane":"lane-1","seq":17,"text":"…"}`.
-    var body: Data { Data(#"{"lane":"\#(lane)","seq":\#(seq),"text":"an outbox entry of the drain benchmark"}"#.utf8) }
-
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        guard let target = URL(string: url) else { return completion(.failure(URLError(.badURL))) }
-        var request = URLRequest(url: target)
-        request.httpMethod = "POST"
-        request.httpBody = body
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        completion(.success(request))
-    }
-}
-
-/// The drain's server side, for one scenario: applies each `Idempotency-Key` once, answers its repeats as the first
-/// time (201, the same body), loses the answer of a share of the keys on their first arrival (applied, then the
-/// connection is closed unanswered: ``fault(for:)``, the server's ``RequestFaultRule``) and refuses a share of them
-/// with a 503 on their first arrival, unapplied. The shares are picked by a hash of the key, so the key's next
-/// delivery is answered.
-final class DrainLedger: @unchecked Sendable {
-    let path: String
-    private let lostRate: Double
-    private let refusalRate: Double
-    private let lock = NSLock()
-    private var applied: [String: Int] = [:]
-    private var bodies: [String: Data] = [:]
-    private var seen: Set<String> = []
-    private var refused: Set<String> = []
-    /// When each lost answer was lost (``ResourceUsage/now()``), until the key arrives again.
-    private var lostAt: [String: Double] = [:]
-    private var counts = Counts()
-
-    /// What the server saw.
-    struct Counts {
-        var deliveries = 0
-        /// Deliveries of a key already applied, answered as the first one.
-        var repeats = 0
-        var lostAnswers = 0
-        var refused = 0
-        /// A key delivered with another body than its first one, or without a key.
-        var conflicts = 0
-        var malformed = 0
-        /// Seconds from each lost answer to the key's next arrival.
-        var resendGaps: [Double] = []
-    }
-
-    init(path: String, lostRate: Double, refusalRate: Double) {
-        self.path = path
-        self.lostRate = lostRate
-        self.refusalRate = refusalRate
-    }
-
-    /// The key of a request: the header without its quotes.
-    private static func key(_ request: LoopbackRequest) -> String {
-        (request.headers["idempotency-key"] ?? "").trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
-    }
-
-    /// A number in [0, 1) from `key` and `salt`: FNV-1a, then SplitMix64's finalizer.
-    static func fraction(_ key: String, salt: UInt64) -> Double {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ salt
-        for byte in key.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
-        hash = (hash ^ (hash >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        hash = (hash ^ (hash >> 27)) &* 0x94D0_49BB_1331_11EB
-        hash ^= hash >> 31
-        return Double(hash >> 11) / Double(1 << 53)
-    }
-
-    /// Records a delivery of `key` with `body`; call with the lock held. Returns whether the key was applied before.
-    private func deliver(_ key: String, _ body: Data) -> Bool {
-        counts.deliveries += 1
-        if let first = bodies[key] {
-            if first != body { counts.conflicts += 1 }
-        } else {
-            bodies[key] = body
-        }
-        if let lost = lostAt.removeValue(forKey: key) { counts.resendGaps.append(ResourceUsage.now() - lost) }
-        return applied[key] != nil
-    }
-
-    /// The server's rule: on a key's first arrival, for the lost share, apply it and lose the answer.
-    func fault(for request: LoopbackRequest) -> ConnectionFault? {
-        guard request.path == path, lostRate > 0 else { return nil }
-        let key = Self.key(request)
-        guard !key.isEmpty, Self.fraction(key, salt: 0x1057) < lostRate else { return nil }
-        return lock.withLock {
-            guard seen.insert(key).inserted else { return nil }
-            _ = deliver(key, request.body)
-            applied[key, default: 0] += 1
-            counts.lostAnswers += 1
-            lostAt[key] = ResourceUsage.now()
-            return .disconnectAfterRequest
-        }
-    }
-
-    /// The route.
-    func handle(_ request: LoopbackRequest) -> LoopbackResponse {
-        let key = Self.key(request)
-        return lock.withLock {
-            guard !key.isEmpty else {
-                counts.malformed += 1
-                return LoopbackResponse(status: 400, body: Data("no Idempotency-Key".utf8))
-            }
-            seen.insert(key)
-            if deliver(key, request.body) {
-                counts.repeats += 1
-                return .json(#"{"applied":true}"#, status: 201)
-            }
-            if refusalRate > 0, !refused.contains(key), Self.fraction(key, salt: 0x503) < refusalRate {
-                refused.insert(key)
-                counts.refused += 1
-                return .json(#"{"error":"try again"}"#, status: 503)
-            }
-            applied[key, default: 0] += 1
-            return .json(#"{"applied":true}"#, status: 201)
-        }
-    }
-
-    /// How many times each key was applied.
-    var applications: [String: Int] { lock.withLock { applied } }
-
-    /// What the server saw so far.
-    var snapshot: Counts { lock.withLock { counts } }
 }
 
 /// Counts the outbox's `willRetry` changes, by their error.
@@ -352,6 +237,7 @@ private func describe(_ run: DrainRun) -> String {
 /// `requests-bench outbox-drain …`: the rounds, then the per-round ratios and the checks; exits 1 on a violation.
 func runOutboxDrainCommand(_ arguments: [String]) -> Never {
     let settings = OutboxDrainSettings(arguments)
+    if settings.againstDirect { runDrainAgainstDirectCommand(settings) }
     guard let server = try? LoopbackServer() else { fail("outbox-drain: could not start the loopback server", code: 2) }
     log(
         "outbox-drain: \(settings.entries) entries, \(settings.lanes) lanes, \(settings.concurrency) at once, lost \(settings.lost), "

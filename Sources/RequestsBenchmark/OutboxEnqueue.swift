@@ -12,10 +12,13 @@ import Glibc
 import Darwin
 #endif
 
-// `requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--reopen-entries 10000]`: durable enqueues per second
-// from N threads into a suspended outbox (one entry per call, then batches of 16), with p50/p99 latency per call,
-// against one `write` + `fsync` per call from one thread; then the time from opening an outbox with 10,000 pending
-// entries until its first POST reaches the server, and the resident memory per pending entry.
+// `requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--rounds 2] [--reopen-entries 10000]`: durable enqueues
+// per second from N threads into a suspended outbox, one entry per call, with p50/p99 latency per call, against one
+// `write` + `fsync` per call from one thread and against the journal alone (issue 47: the same threads appending, one
+// call each, the record an outbox stores for such an entry, through the outbox's `Journal` in a folder beside the
+// outbox's, for the same seconds; --rounds alternating pairs); then batches of 16; then the time from opening an
+// outbox with 10,000 pending entries until its first POST reaches the server, and the resident memory per pending
+// entry.
 
 /// The enqueue benchmark's settings.
 struct OutboxEnqueueSettings {
@@ -23,13 +26,16 @@ struct OutboxEnqueueSettings {
     var seconds = 5.0
     var reopenEntries = 10_000
     var batch = 16
+    /// Pairs of runs, the outbox's enqueues and the journal alone, alternating (odd rounds start with the outbox).
+    var rounds = 2
 
-    static let smoke = OutboxEnqueueSettings(threads: 8, seconds: 0.2, reopenEntries: 1_000)
+    static let smoke = OutboxEnqueueSettings(threads: 8, seconds: 0.2, reopenEntries: 1_000, rounds: 1)
 
-    init(threads: Int = 8, seconds: Double = 5, reopenEntries: Int = 10_000) {
+    init(threads: Int = 8, seconds: Double = 5, reopenEntries: Int = 10_000, rounds: Int = 2) {
         self.threads = threads
         self.seconds = seconds
         self.reopenEntries = reopenEntries
+        self.rounds = rounds
     }
 
     init(_ arguments: [String]) {
@@ -43,6 +49,7 @@ struct OutboxEnqueueSettings {
             case "--threads": threads = max(1, Int(number(flag)))
             case "--seconds": seconds = number(flag)
             case "--reopen-entries": reopenEntries = max(1, Int(number(flag)))
+            case "--rounds": rounds = max(1, Int(number(flag)))
             default: fail("outbox-enqueue: unknown argument \(flag)\n\(Options.usage)", code: 2)
             }
         }
@@ -54,15 +61,36 @@ struct EnqueueRun {
     var entries = 0
     var calls = 0
     var seconds = Double.nan
+    /// The process's CPU time (user + system) during the run.
+    var cpuSeconds = Double.nan
     /// Seconds per call, sorted.
     var latencies: [Double] = []
     var errors = 0
     var firstError: String?
 
     var entriesPerSecond: Double { seconds > 0 && errors == 0 ? Double(entries) / seconds : .nan }
+    /// The process's CPU time per entry stored, in µs.
+    var cpuMicrosecondsPerEntry: Double { entries > 0 ? cpuSeconds * 1_000_000 / Double(entries) : .nan }
     func percentile(_ fraction: Double) -> Double {
         guard !latencies.isEmpty, errors == 0 else { return .nan }
         return latencies[min(latencies.count - 1, Int(Double(latencies.count) * fraction))]
+    }
+
+    /// Several runs as one: their entries over their seconds, every call's latency.
+    static func pooled(_ runs: [EnqueueRun]) -> EnqueueRun {
+        var run = EnqueueRun(seconds: 0, cpuSeconds: 0)
+        for part in runs {
+            run.cpuSeconds += part.cpuSeconds
+            run.entries += part.entries
+            run.calls += part.calls
+            run.seconds += part.seconds
+            run.latencies += part.latencies
+            run.errors += part.errors
+            run.firstError = run.firstError ?? part.firstError
+        }
+        if runs.isEmpty { run.seconds = .nan }
+        run.latencies.sort()
+        return run
     }
 }
 
@@ -109,6 +137,46 @@ func measureEnqueues(threads: Int, seconds: Double, batch: Int, url: String) -> 
         return EnqueueRun(errors: 1, firstError: "cannot open: \(error)")
     }
     defer { outbox.close() }
+    return measureCalls(threads: threads, seconds: seconds) { number, call in
+        let lane = "lane-\(number)"
+        return (lane, (0..<batch).map { OutboxNote(url: url, lane: lane, seq: call * batch + $0) })
+    } call: { lane, notes in
+        if batch == 1 {
+            try outbox.enqueue(notes[0], lane: lane)
+        } else {
+            try outbox.enqueue(contentsOf: notes, lane: lane)
+        }
+        return batch
+    }
+}
+
+/// The journal alone (issue 47): `threads` threads append `record`, one per call, for `seconds`, through the outbox's
+/// journal (`BenchmarkJournal`, the outbox's `Journal` with its options) in a new folder beside the outboxes'.
+func measureJournalAppends(threads: Int, seconds: Double, record: Data) -> EnqueueRun {
+    let folder = benchFolder("journal-alone")
+    defer { try? FileManager.default.removeItem(at: folder) }
+    let journal: BenchmarkJournal
+    do {
+        journal = try BenchmarkJournal(directory: folder)
+    } catch {
+        return EnqueueRun(errors: 1, firstError: "cannot open: \(error)")
+    }
+    defer { journal.close() }
+    return measureCalls(threads: threads, seconds: seconds) { _, _ in
+        [record]
+    } call: { payloads in
+        try journal.append(payloads)
+        return 1
+    }
+}
+
+/// `threads` threads each, in a loop for `seconds`, make an argument with `prepare(thread, call)` (untimed; `call`
+/// counts the thread's calls from 0), then time `call(argument)`, which returns the entries it stored. Each call's
+/// latency is kept; a thread stops at its first error.
+private func measureCalls<Argument>(
+    threads: Int, seconds: Double, prepare: @escaping @Sendable (_ thread: Int, _ call: Int) -> Argument,
+    call body: @escaping @Sendable (Argument) throws -> Int
+) -> EnqueueRun {
     let collector = EnqueueCollector()
     let ready = DispatchGroup(), done = DispatchGroup()
     let go = DispatchSemaphore(value: 0)
@@ -116,26 +184,20 @@ func measureEnqueues(threads: Int, seconds: Double, batch: Int, url: String) -> 
         ready.enter()
         done.enter()
         let thread = Thread {
-            let lane = "lane-\(number)"
             var latencies: [Double] = []
             latencies.reserveCapacity(100_000)
-            var entries = 0, errors = 0, seq = 0
+            var entries = 0, errors = 0, call = 0
             var firstError: String?
             ready.leave()
             go.wait()
             let end = collector.end
             while ResourceUsage.now() < end {
-                let notes = (0..<batch).map { OutboxNote(url: url, lane: lane, seq: seq + $0) }
-                seq += batch
+                let argument = prepare(number, call)
                 let start = ResourceUsage.now()
                 do {
-                    if batch == 1 {
-                        try outbox.enqueue(notes[0], lane: lane)
-                    } else {
-                        try outbox.enqueue(contentsOf: notes, lane: lane)
-                    }
+                    entries += try body(argument)
                     latencies.append(ResourceUsage.now() - start)
-                    entries += batch
+                    call += 1
                 } catch {
                     errors += 1
                     firstError = firstError ?? "\(error)"
@@ -148,12 +210,14 @@ func measureEnqueues(threads: Int, seconds: Double, batch: Int, url: String) -> 
         thread.start()
     }
     ready.wait()
+    let cpu = ResourceUsage.usage().cpuMicroseconds
     let begin = ResourceUsage.now()
     collector.end = begin + seconds
     for _ in 0..<threads { go.signal() }
     done.wait()
     var run = collector.result
     run.seconds = ResourceUsage.now() - begin
+    run.cpuSeconds = (ResourceUsage.usage().cpuMicroseconds - cpu) / 1_000_000
     run.latencies.sort()
     return run
 }

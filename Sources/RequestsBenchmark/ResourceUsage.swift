@@ -28,6 +28,21 @@ enum ResourceUsage {
         return (micros(usage.ru_utime) + micros(usage.ru_stime), Int(usage.ru_nvcsw) + Int(usage.ru_nivcsw))
     }
 
+    /// User and system CPU time of the whole process so far, in microseconds, apart.
+    static func userAndSystemMicroseconds() -> (user: Double, system: Double) {
+        var usage = rusage()
+        #if canImport(Glibc)
+        let who = __rusage_who_t(RUSAGE_SELF.rawValue)
+        #else
+        let who = RUSAGE_SELF
+        #endif
+        guard getrusage(who, &usage) == 0 else { return (.nan, .nan) }
+        func micros(_ time: timeval) -> Double {
+            Double(time.tv_sec) * 1_000_000 + Double(time.tv_usec)
+        }
+        return (micros(usage.ru_utime), micros(usage.ru_stime))
+    }
+
     /// A monotonic clock in seconds.
     static func now() -> Double {
         Double(DispatchTime.now().uptimeNanoseconds) / 1_000_000_000

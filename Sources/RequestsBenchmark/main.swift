@@ -63,9 +63,11 @@ struct Options {
                requests-bench --fault-lab [--styles plain,delegate,library] [--rows NAMES] [--kinds NAMES] [--parallel N]
                               [--warm-up get|same]
                requests-bench outbox-kill [--entries 5000] [--kills 200] [--lanes 8] [--seed S] [--refusals 0.02]
-               requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--reopen-entries 10000]
+               requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--rounds 2] [--reopen-entries 10000]
                requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]
                               [--rounds 2] [--attempt-timeout 15] [--base-delay 0.05]
+               requests-bench outbox-drain --against-direct [--entries 4000] [--lanes 4] [--concurrency 8] [--rounds 5]
+                              [--enqueue-batch 100] [--no-warm-up] [--side outbox|direct]
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
 
@@ -100,15 +102,23 @@ struct Options {
                              a share (--refusals) 503. Checks every ack was applied, no key had two bodies, nothing was
                              applied twice, lane order held; exits 1 if not
           outbox-enqueue     instead: durable enqueues/s and p50/p99 latency from --threads threads into a suspended
-                             outbox for --seconds (one per call, then 16 per call); the time from opening an outbox
-                             with --reopen-entries pending to its first POST; resident memory per pending entry
+                             outbox for --seconds, one per call, against the journal alone (the same threads appending an
+                             entry's record, issue 47's goal ≥ 0.8×), --rounds alternating pairs; then 16 per call; the
+                             time from opening an outbox with --reopen-entries pending to its first POST; resident memory
+                             per pending entry
           outbox-drain       instead: issue 46's drain row. Each round enqueues --entries POSTs (a small JSON body) into a
                              suspended outbox in --lanes lanes, resumes it (--concurrency entries at once) and times the drain
                              against the embedded server (in this process) three times: no faults; --lost of the keys lose
                              their answer on their first arrival (applied, then the connection closed unanswered); --refusals
                              of the keys answered 503 on their first arrival. The server applies each Idempotency-Key once.
                              Prints entries/s, lost ÷ no faults per round (goal ≥ 0.5), the re-sends the server saw; checks
-                             every entry applied exactly once and nothing left pending; exits 1 if not
+                             every entry applied exactly once and nothing left pending; exits 1 if not.
+                             --against-direct: issue 47's rows instead. Each of --rounds (5) rounds times, alternating,
+                             the outbox drain without faults (entries enqueued untimed, --enqueue-batch per call, 0: a
+                             lane per call) and the same POSTs sent directly with addRequest, each lane a chain, the
+                             same queue width and connections; prints both rates, outbox ÷ direct (goal ≥ 0.9), and the
+                             drain's journal group commits per removal (goal ≤ 1/8), with the counts to check with strace.
+                             --side: time one side only (for a profiler such as callgrind)
           post-keepalive     instead: issue 46's POST row. nginx (1 worker) with two servers answering POST /post, one
                              with keepalive_requests 5 (Connection: close on the 5th answer), one with 1000; the library POSTs
                              a --body-bytes JSON through OperationQueue.addRequest, --requests per round, rounds alternating,

@@ -55,7 +55,9 @@ public final class Outbox: @unchecked Sendable {
     /// `removalsToWrite()`).
     var unremoved: [UInt64] = []
     var removing: Set<UInt64> = []
-    var removalTimerArmed = false
+    /// The timer of the group of removals in `unremoved`, if one is armed; timers are numbered by `removalTimerCount`.
+    var removalTimer: UInt64?
+    var removalTimerCount: UInt64 = 0
     /// Removals are written in groups of this many during a drain, or ``OutboxOptions/removalDelay`` after the first
     /// of a smaller group.
     static let removalGroup = 8

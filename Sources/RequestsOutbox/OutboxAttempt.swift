@@ -18,6 +18,8 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     let inner: Inner
     let idempotencyKey: String
     let frozen: FrozenRequest?
+    /// `frozen`'s URL request, made once per entry.
+    let made: URLRequest?
     let limits: TransferLimits?
     /// The request made for the attempt, and the answer its body interpretation refused.
     let answer = OutboxAnswer()
@@ -44,10 +46,8 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
             request.setValue("\"\(key)\"", forHTTPHeaderField: "Idempotency-Key")
             return request
         }
-        if let frozen {
-            guard let request = frozen.urlRequest else {
-                return completion(.failure(URLError(.badURL)))
-            }
+        if frozen != nil {
+            guard let request = made else { return completion(.failure(URLError(.badURL))) }
             return completion(.success(keyed(request)))
         }
         inner.makeURLRequest { completion($0.map(keyed)) }

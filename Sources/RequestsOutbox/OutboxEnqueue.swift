@@ -51,7 +51,7 @@ extension Outbox {
         } catch {
             throw Self.outboxError(error, directory: directory)
         }
-        return schedule(entries, ids: ids)
+        return schedule(entries, ids: ids, requests: requests)
     }
 
     /// Stores `request` durably and schedules it, like ``enqueue(_:lane:expiresAt:)-a7f9``, but suspends instead of
@@ -81,7 +81,7 @@ extension Outbox {
             journal.append(payloads) { continuation.resume(returning: $0) }
         }
         do {
-            return schedule(entries, ids: try stored.get())
+            return schedule(entries, ids: try stored.get(), requests: requests)
         } catch {
             throw Self.outboxError(error, directory: directory)
         }
@@ -126,13 +126,14 @@ extension Outbox {
         return entries
     }
 
-    /// Gives stored entries their ids and schedules them.
-    private func schedule(_ entries: [OutboxEntry], ids: [UInt64]) -> [OutboxEntry] {
+    /// Gives stored entries their ids and schedules them, each with its request value for its attempts.
+    private func schedule<R: OutboxRequest>(_ entries: [OutboxEntry], ids: [UInt64], requests: [R]) -> [OutboxEntry] {
         let stored = zip(entries, ids).map { entry, id in entry.with(id: id) }
         let starts: [UInt64] = lock.withLock {
             guard !isClosed else { return [] }
-            for entry in stored {
+            for (entry, request) in zip(stored, requests) {
                 lanes.addPending(entry)
+                lanes[entry.id]?.made = OutboxLanes.Made(request: request, urlRequest: nil)
                 emit(.enqueued, entry)
             }
             return schedule()

@@ -31,7 +31,9 @@ struct FrozenRequest: Sendable, Hashable {
         var request = URLRequest(url: url)
         request.httpMethod = method
         if timeout > 0, timeout.isFinite { request.timeoutInterval = timeout }
-        for field in fields { request.addValue(field.value, forHTTPHeaderField: field.name) }
+        if !fields.isEmpty {
+            request.allHTTPHeaderFields = Dictionary(fields.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
+        }
         if !body.isEmpty { request.httpBody = body }
         return request
     }
@@ -57,9 +59,8 @@ extension FrozenRequest {
         // session's `timeoutIntervalForRequest` (corelibs gives a timeout that was set precedence, whatever its
         // value), so the default is kept as "not set" (0).
         timeout = request.timeoutInterval == 60 ? 0 : request.timeoutInterval
-        fields = (request.allHTTPHeaderFields ?? [:]).map { Field(name: $0.key, value: $0.value) }.sorted {
-            ($0.name.lowercased(), $0.name) < ($1.name.lowercased(), $1.name)
-        }
+        // Names are unique (a URLRequest's fields are case-insensitive), so sorting by name is a total order.
+        fields = (request.allHTTPHeaderFields ?? [:]).map { Field(name: $0.key, value: $0.value) }.sorted { $0.name < $1.name }
         if let data = request.httpBody {
             guard data.count <= bodyLimit else { throw Failure.bodyTooLarge(data.count) }
             body = data
@@ -139,7 +140,8 @@ extension FrozenRequest {
 /// The outcome of one `makeURLRequest`, kept once whichever thread calls its completion, and how often.
 private final class MadeRequest: @unchecked Sendable {
     private let lock = NSLock()
-    private let done = DispatchSemaphore(value: 0)
+    /// Made only by a caller that waits (most `makeURLRequest`s complete at once).
+    private var done: DispatchSemaphore?
     private var kept: Result<URLRequest, Error>?
     private var continuation: CheckedContinuation<Result<URLRequest, Error>, Never>?
 
@@ -150,18 +152,25 @@ private final class MadeRequest: @unchecked Sendable {
     var result: Result<URLRequest, Error>? { lock.withLock { kept } }
 
     func set(_ result: Result<URLRequest, Error>) {
-        let waiting: CheckedContinuation<Result<URLRequest, Error>, Never>? = lock.withLock {
-            guard kept == nil else { return nil }
+        let (waiting, waiter): (CheckedContinuation<Result<URLRequest, Error>, Never>?, DispatchSemaphore?) = lock.withLock {
+            guard kept == nil else { return (nil, nil) }
             kept = result
             defer { continuation = nil }
-            return continuation
+            return (continuation, done)
         }
         waiting?.resume(returning: result)
-        done.signal()
+        waiter?.signal()
     }
 
     func wait(seconds: TimeInterval) -> Bool {
+        let waiter: DispatchSemaphore? = lock.withLock {
+            guard kept == nil else { return nil }
+            let semaphore = DispatchSemaphore(value: 0)
+            done = semaphore
+            return semaphore
+        }
+        guard let waiter else { return true }
         let limit = seconds.isFinite ? DispatchTime.now() + seconds : .distantFuture
-        return done.wait(timeout: limit) == .success
+        return waiter.wait(timeout: limit) == .success
     }
 }

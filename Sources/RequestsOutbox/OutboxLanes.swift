@@ -25,6 +25,15 @@ struct OutboxLanes {
         /// The attempt in flight and its number (see ``Outbox/conclude(_:_:attempt:)``), for cancelling it on drop
         /// or close.
         var attempt: (number: UInt64, operation: Operation)?
+        /// The request and its URL request, kept for the attempts in this process.
+        var made: Made?
+    }
+
+    /// What attempts reuse: the request value (enqueued in this process, or decoded once from its JSON) and the URL
+    /// request made from its frozen form.
+    struct Made {
+        var request: any OutboxRequest
+        var urlRequest: URLRequest?
     }
 
     private(set) var slots: [UInt64: Slot] = [:]

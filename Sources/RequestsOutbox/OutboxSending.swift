@@ -25,22 +25,31 @@ extension Outbox {
 
     /// Sends one attempt of a running entry, or settles it at once when it has expired or cannot be decoded.
     func start(_ id: UInt64) {
-        guard let entry = lock.withLock({ isClosed ? nil : lanes[id]?.entry }) else { return }
+        guard let slot = lock.withLock({ isClosed ? nil : lanes[id] }) else { return }
+        let entry = slot.entry
         if let expiry = entry.expiresAt, expiry <= Date() {
             return conclude(id, .expired)
         }
         guard let type = types[entry.requestType] else {
             return conclude(id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
-        send(type, entry)
+        send(type, entry, made: slot.made)
     }
 
-    private func send<R: OutboxRequest>(_ type: R.Type, _ entry: OutboxEntry) {
-        guard let request = try? JSONDecoder().decode(R.self, from: entry.encodedRequest) else {
+    /// Sends an attempt of `entry` as a request of type `R`: the request enqueued in this process, or else the one
+    /// decoded from the entry's JSON (once, then kept for its next attempts), with the URL request made from the
+    /// frozen one (once too).
+    private func send<R: OutboxRequest>(_ type: R.Type, _ entry: OutboxEntry, made: OutboxLanes.Made?) {
+        guard let request = made?.request as? R ?? (try? JSONDecoder().decode(R.self, from: entry.encodedRequest)) else {
             return conclude(entry.id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
+        let urlRequest = made?.urlRequest ?? entry.frozen?.urlRequest
+        if made?.request == nil || (made?.urlRequest == nil && urlRequest != nil) {
+            lock.withLock { lanes[entry.id]?.made = OutboxLanes.Made(request: request, urlRequest: urlRequest) }
+        }
         let (limits, timeout) = attemptLimits(own: request.limits)
-        let attempt = OutboxAttempt(inner: request, idempotencyKey: entry.idempotencyKey, frozen: entry.frozen, limits: limits)
+        let attempt = OutboxAttempt(
+            inner: request, idempotencyKey: entry.idempotencyKey, frozen: entry.frozen, made: urlRequest, limits: limits)
         let number: UInt64 = lock.withLock {
             attemptCount += 1
             return attemptCount
@@ -158,29 +167,32 @@ extension Outbox {
     /// the lock held.
     func removalsToWrite() -> [UInt64] {
         guard !unremoved.isEmpty else { return [] }
-        if unremoved.count >= Self.removalGroup || running == 0 || isClosed {
-            defer {
-                removing.formUnion(unremoved)
-                unremoved = []
-            }
-            return unremoved
-        }
-        if !removalTimerArmed, options.removalDelay.isFinite {
-            removalTimerArmed = true
-            callbacks.asyncAfter(deadline: .now() + max(options.removalDelay, 0)) { [weak self] in self?.removalTimerFired() }
+        if unremoved.count >= Self.removalGroup || running == 0 || isClosed { return takeRemovals() }
+        // The timer counts from the first removal of the group: a timer armed for an earlier group, which was
+        // written since, does not write this one early.
+        if removalTimer == nil, options.removalDelay.isFinite {
+            removalTimerCount += 1
+            let timer = removalTimerCount
+            removalTimer = timer
+            callbacks.asyncAfter(deadline: .now() + max(options.removalDelay, 0)) { [weak self] in self?.removalTimerFired(timer) }
         }
         return []
     }
 
-    private func removalTimerFired() {
+    /// The removals not yet written, now being written; the group's timer, if any, is void. Call with the lock held.
+    private func takeRemovals() -> [UInt64] {
+        removalTimer = nil
+        defer {
+            removing.formUnion(unremoved)
+            unremoved = []
+        }
+        return unremoved
+    }
+
+    private func removalTimerFired(_ timer: UInt64) {
         let removals: [UInt64] = lock.withLock {
-            removalTimerArmed = false
-            guard !isClosed else { return [] }
-            defer {
-                removing.formUnion(unremoved)
-                unremoved = []
-            }
-            return unremoved
+            guard !isClosed, removalTimer == timer else { return [] }
+            return takeRemovals()
         }
         write(removals: removals)
     }

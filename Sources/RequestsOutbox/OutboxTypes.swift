@@ -4,13 +4,16 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a `DataRequest` that is
+/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a ``DataRequest`` that is
 /// `Codable`.
 ///
-/// The outbox stores the request's encoded form (JSON) with ``outboxName``, and decodes it again with the type
-/// given to ``Outbox/init(directory:queue:session:requestTypes:options:)`` under that name. The request's
-/// `makeURLRequest`, adapters, validations and status codes are used for every attempt, so a token added by the
-/// queue's authenticator is the one current at the time of sending, not the one at the time of enqueueing.
+/// At enqueue, the outbox calls the request's `makeURLRequest` once and stores what it made (method, URL, header
+/// fields, body) with the request's JSON and ``outboxName``; every attempt sends those bytes. The request value's
+/// policies (its adapters, validations, status codes, body rules) judge each attempt: the value enqueued, while the
+/// process lives, and after a restart the one decoded from its JSON with the type given to
+/// ``Outbox/init(directory:queue:session:requestTypes:options:)`` under that name, so keep what they read in its
+/// `Codable` form. The queue's adapters and authenticator run on each attempt, so a token is the one current when
+/// sending.
 public protocol OutboxRequest: DataRequest, Codable, Sendable {
     /// The name stored with each entry, which finds the type again after a restart. Keep it stable across app
     /// versions. Default: the type's name.

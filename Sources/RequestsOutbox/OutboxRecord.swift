@@ -10,11 +10,20 @@ enum OutboxRecord {
     /// The largest response body kept with a parked entry.
     static let maximumParkedBody = 64 << 10
 
-    /// The request's stored form: JSON with sorted keys, the same bytes for the same value.
-    static var jsonEncoder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        return encoder
+    /// The request's stored form: JSON with sorted keys, the same bytes for the same value. One encoder for every
+    /// enqueue (`JSONEncoder` may encode on several threads at once), since making one costs as much as a small
+    /// encoding.
+    static var jsonEncoder: JSONEncoder { sharedEncoder.encoder }
+    private static let sharedEncoder = SharedEncoder()
+
+    /// Holds the encoder as a `Sendable` constant on every platform (Apple SDKs before macOS 14 do not mark
+    /// `JSONEncoder` `Sendable`); its options are set once, before it is shared.
+    private final class SharedEncoder: @unchecked Sendable {
+        let encoder: JSONEncoder
+        init() {
+            encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+        }
     }
 
     /// A random (version 4) UUID in lower case, the form the `Idempotency-Key` is sent in. Formatted here because

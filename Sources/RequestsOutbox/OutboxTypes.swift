@@ -4,7 +4,7 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a ``DataRequest`` that is
+/// A request an ``Outbox`` can keep on disk and send again after the app restarts: a `DataRequest` that is
 /// `Codable`.
 ///
 /// At enqueue, the outbox calls the request's `makeURLRequest` once and stores what it made (method, URL, header

@@ -252,7 +252,7 @@ private func runOutboxSide(round: Int, entries: Int, settings: OutboxDrainSettin
 private func runDirectSide(round: Int, entries: Int, settings: OutboxDrainSettings, server: LoopbackServer) -> SideRun {
     var run = SideRun(side: .direct, round: round, entries: entries)
     let setup = SideSetup(.direct, settings: settings, server: server)
-    guard let url = URL(string: setup.url) else { fatalError("bad URL \(setup.url)") }
+    guard let url = URL(string: setup.url) else { fail("outbox-drain: bad URL \(setup.url)", code: 2) }
     let deadline = TransferLimits(deadline: settings.attemptTimeout)
     let lanes: [[DirectDrainPost]] = (0..<settings.lanes).map { lane in
         let name = SideSetup.lane(lane, lanes: settings.lanes)

@@ -36,9 +36,10 @@ extension Outbox {
         let typeName = try registeredName(of: R.self)
         guard !requests.isEmpty else { return [] }
         var frozen: [FrozenRequest] = []
-        for request in requests {
+        frozen.reserveCapacity(requests.count)
+        for index in requests.indices {
             do {
-                frozen.append(try FrozenRequest.make(request, bodyLimit: bodyLimit, wait: makeRequestWait))
+                frozen.append(try FrozenRequest.make(requests[index], bodyLimit: bodyLimit, wait: makeRequestWait))
             } catch {
                 throw OutboxError.cannotEncode(requestType: typeName, FrozenRequest.describe(error))
             }
@@ -68,9 +69,10 @@ extension Outbox {
         let typeName = try registeredName(of: R.self)
         guard !requests.isEmpty else { return [] }
         var frozen: [FrozenRequest] = []
-        for request in requests {
+        frozen.reserveCapacity(requests.count)
+        for index in requests.indices {
             do {
-                frozen.append(try await FrozenRequest.make(request, bodyLimit: bodyLimit, wait: makeRequestWait))
+                frozen.append(try await FrozenRequest.make(requests[index], bodyLimit: bodyLimit, wait: makeRequestWait))
             } catch {
                 throw OutboxError.cannotEncode(requestType: typeName, FrozenRequest.describe(error))
             }
@@ -111,30 +113,31 @@ extension Outbox {
         let encoder = OutboxRecord.jsonEncoder
         var entries: [OutboxEntry] = []
         entries.reserveCapacity(requests.count)
-        for (request, frozen) in zip(requests, frozen) {
+        // Index loops: `zip` over `[R]` is not specialized here (`R` is the caller's), and cost more than the rest.
+        for index in requests.indices {
             let encoded: Data
             do {
-                encoded = try encoder.encode(request)
+                encoded = try encoder.encode(requests[index])
             } catch {
                 throw OutboxError.cannotEncode(requestType: typeName, OutboxVerdict.describe(error))
             }
             entries.append(
                 OutboxEntry(
                     id: 0, idempotencyKey: OutboxRecord.newKey(), lane: lane, requestType: typeName, enqueuedAt: now,
-                    expiresAt: expiry, attempts: 0, deadLetter: nil, encodedRequest: encoded, frozen: frozen))
+                    expiresAt: expiry, attempts: 0, deadLetter: nil, encodedRequest: encoded, frozen: frozen[index]))
         }
         return entries
     }
 
     /// Gives stored entries their ids and schedules them, each with its request value for its attempts.
     private func schedule<R: OutboxRequest>(_ entries: [OutboxEntry], ids: [UInt64], requests: [R]) -> [OutboxEntry] {
-        let stored = zip(entries, ids).map { entry, id in entry.with(id: id) }
+        let stored = entries.indices.map { entries[$0].with(id: ids[$0]) }
+        let made = requests.indices.map { OutboxLanes.Made(request: requests[$0], urlRequest: nil) }
         let starts: [UInt64] = lock.withLock {
             guard !isClosed else { return [] }
-            for (entry, request) in zip(stored, requests) {
-                lanes.addPending(entry)
-                lanes[entry.id]?.made = OutboxLanes.Made(request: request, urlRequest: nil)
-                emit(.enqueued, entry)
+            for index in stored.indices {
+                lanes.addPending(stored[index], made: made[index])
+                emit(.enqueued, stored[index])
             }
             return schedule()
         }
@@ -142,3 +145,4 @@ extension Outbox {
         return stored
     }
 }
+

@@ -25,8 +25,6 @@ struct OutboxLanes {
         /// The attempt in flight and its number (see ``Outbox/conclude(_:_:attempt:)``), for cancelling it on drop
         /// or close.
         var attempt: (number: UInt64, operation: Operation)?
-        /// The request and its URL request, kept for the attempts in this process.
-        var made: Made?
     }
 
     /// What attempts reuse: the request value (enqueued in this process, or decoded once from its JSON) and the URL
@@ -37,6 +35,9 @@ struct OutboxLanes {
     }
 
     private(set) var slots: [UInt64: Slot] = [:]
+    /// The request and URL request of entries that have them in this process, kept for their attempts. Apart from
+    /// the slots, so that the entries found on open, which have none until their first attempt, do not hold room.
+    private var made: [UInt64: Made] = [:]
     /// Entries whose turn has come, oldest first; `readyHead` is the index of the next one.
     private var ready: [UInt64] = []
     private var readyHead = 0
@@ -50,9 +51,20 @@ struct OutboxLanes {
         set { slots[id] = newValue }
     }
 
-    /// Adds a pending entry; it is ready at once unless its lane has an entry before it.
-    mutating func addPending(_ entry: OutboxEntry) {
+    /// What attempts of `id` reuse, if it has any.
+    func made(_ id: UInt64) -> Made? { made[id] }
+
+    /// Keeps what attempts of a present entry reuse.
+    mutating func keep(_ made: Made, for id: UInt64) {
+        guard slots[id] != nil else { return }
+        self.made[id] = made
+    }
+
+    /// Adds a pending entry, with what its attempts reuse if any; it is ready at once unless its lane has an entry
+    /// before it.
+    mutating func addPending(_ entry: OutboxEntry, made: Made? = nil) {
         pendingCount += 1
+        if let made { self.made[entry.id] = made }
         guard let lane = entry.lane, let last = lanes[lane]?.last else {
             slots[entry.id] = Slot(entry: entry, phase: .ready)
             ready.append(entry.id)
@@ -112,6 +124,7 @@ struct OutboxLanes {
     @discardableResult
     mutating func remove(_ id: UInt64) -> Slot? {
         guard let slot = slots.removeValue(forKey: id) else { return nil }
+        made[id] = nil
         if slot.phase == .parked {
             deadLetterCount -= 1
         } else {

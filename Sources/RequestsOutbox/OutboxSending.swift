@@ -25,15 +25,14 @@ extension Outbox {
 
     /// Sends one attempt of a running entry, or settles it at once when it has expired or cannot be decoded.
     func start(_ id: UInt64) {
-        guard let slot = lock.withLock({ isClosed ? nil : lanes[id] }) else { return }
-        let entry = slot.entry
+        guard let (entry, made) = lock.withLock({ isClosed ? nil : lanes[id].map { ($0.entry, lanes.made(id)) } }) else { return }
         if let expiry = entry.expiresAt, expiry <= Date() {
             return conclude(id, .expired)
         }
         guard let type = types[entry.requestType] else {
             return conclude(id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
-        send(type, entry, made: slot.made)
+        send(type, entry, made: made)
     }
 
     /// Sends an attempt of `entry` as a request of type `R`: the request enqueued in this process, or else the one
@@ -45,7 +44,7 @@ extension Outbox {
         }
         let urlRequest = made?.urlRequest ?? entry.frozen?.urlRequest
         if made?.request == nil || (made?.urlRequest == nil && urlRequest != nil) {
-            lock.withLock { lanes[entry.id]?.made = OutboxLanes.Made(request: request, urlRequest: urlRequest) }
+            lock.withLock { lanes.keep(OutboxLanes.Made(request: request, urlRequest: urlRequest), for: entry.id) }
         }
         let (limits, timeout) = attemptLimits(own: request.limits)
         let attempt = OutboxAttempt(

@@ -1,0 +1,278 @@
+#if os(Linux)
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// What a ``CurlTransfer`` tells, always on its ``CurlLoop``'s thread: the response head once (interim 1xx heads are
+/// skipped), the body in pieces, then the end, exactly once.
+protocol CurlTransferClient: AnyObject {
+    func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse)
+    /// Whether the client takes more of the body now. When it does not, the transfer pauses (libcurl keeps the piece
+    /// and stops reading the socket) until ``CurlLoop/resume(_:)``.
+    func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool
+    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data)
+    /// `nil` when the response arrived whole.
+    func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?)
+}
+
+/// One request on libcurl: an easy handle set up from a `URLRequest`, its body sent from memory (rewound when
+/// libcurl sends it again on a new connection, so a re-send carries the whole body), and its response head parsed
+/// from the header lines. Only its ``CurlLoop``'s thread touches it once added.
+final class CurlTransfer: @unchecked Sendable {
+    let request: URLRequest
+    private(set) var easy: LibCurl.Handle?
+    private var client: CurlTransferClient?
+    private weak var loop: CurlLoop?
+    /// Kept alive while the handle points at them.
+    private var headerList: OpaquePointer?
+    private let body: Data
+    private var bodyOffset = 0
+    private var head = ResponseHead()
+    private(set) var response: HTTPURLResponse?
+    private let finishedLock = NSLock()
+    private var finished = false
+
+    init(request: URLRequest, client: CurlTransferClient) {
+        self.request = request
+        self.client = client
+        body = request.httpBody ?? Data()
+    }
+
+    /// Creates and sets up the easy handle, or finishes with an error and returns `nil`. On the loop's thread.
+    func start(curl: LibCurl, loop: CurlLoop) -> LibCurl.Handle? {
+        self.loop = loop
+        guard let url = request.url, let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            finish(.unsupportedURL, curl: curl)
+            return nil
+        }
+        guard let easy = curl.easyInit() else {
+            finish(.cannotLoadFromNetwork, curl: curl)
+            return nil
+        }
+        self.easy = easy
+        let me = UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+        typealias Code = LibCurl.Code
+        var ok = true
+        func set(_ option: Int32, _ value: Int) { ok = ok && curl.easySetLong(easy, option, value) == 0 }
+        func set(_ option: Int32, text: String) {
+            ok = ok && text.withCString { curl.easySetPointer(easy, option, UnsafeRawPointer($0)) } == 0  // libcurl copies strings
+        }
+        func set(_ option: Int32, pointer: UnsafeRawPointer?) { ok = ok && curl.easySetPointer(easy, option, pointer) == 0 }
+        set(Code.noSignal, 1)
+        set(Code.url, text: url.absoluteString)
+        set(Code.protocolsText, text: "http,https")
+        set(Code.redirectProtocolsText, text: "http,https")
+        set(Code.followLocation, 0)
+        set(Code.acceptEncoding, text: "")
+        set(Code.writeFunction, pointer: unsafeBitCast(curlWrite, to: UnsafeRawPointer.self))
+        set(Code.writeData, pointer: me)
+        set(Code.headerFunction, pointer: unsafeBitCast(curlHeader, to: UnsafeRawPointer.self))
+        set(Code.headerData, pointer: me)
+        // Seconds without a byte in either direction, as URLSession's request timeout.
+        let timeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
+        set(Code.lowSpeedLimit, 1)
+        set(Code.lowSpeedTime, max(1, Int(timeout)))
+        set(Code.connectTimeoutMilliseconds, max(1, Int(timeout * 1000)))
+        let method = request.httpMethod?.uppercased() ?? "GET"
+        if !body.isEmpty || method == "POST" {
+            set(Code.post, 1)
+            ok = ok && curl.easySetOffset(easy, Code.postFieldSizeLarge, Int64(body.count)) == 0
+            set(Code.readFunction, pointer: unsafeBitCast(curlRead, to: UnsafeRawPointer.self))
+            set(Code.readData, pointer: me)
+            set(Code.seekFunction, pointer: unsafeBitCast(curlSeek, to: UnsafeRawPointer.self))
+            set(Code.seekData, pointer: me)
+            if method != "POST" { set(Code.customRequest, text: method) }
+        } else if method == "HEAD" {
+            set(Code.noBody, 1)
+        } else if method == "GET" {
+            set(Code.httpGet, 1)
+        } else {
+            set(Code.customRequest, text: method)
+        }
+        var fields = request.allHTTPHeaderFields ?? [:]
+        // libcurl would wait for a 100 Continue before a large body; URLSession sends it at once.
+        if !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) { fields["Expect"] = "" }
+        for (name, value) in fields {
+            // "Name;" sends a field with an empty value; "Name:" would remove libcurl's own.
+            let line = value.isEmpty && name.caseInsensitiveCompare("Expect") != .orderedSame ? "\(name);" : "\(name): \(value)"
+            headerList = line.withCString { curl.slistAppend(headerList, $0) }
+        }
+        if let headerList { set(Code.httpHeader, pointer: UnsafeRawPointer(headerList)) }
+        guard ok else {
+            finish(.cannotLoadFromNetwork, curl: curl)
+            return nil
+        }
+        return easy
+    }
+
+    /// Ends the transfer with libcurl's `result` (0: the response arrived whole).
+    func finish(result: Int32, curl: LibCurl) {
+        guard result != LibCurl.Result.ok.rawValue else { return end(nil, curl: curl) }
+        let code = Self.errorCode(for: result)
+        end(urlError(code, text: curl.describe(result)), curl: curl)
+    }
+
+    /// Ends the transfer with `code`.
+    func finish(_ code: URLError.Code, curl: LibCurl) {
+        end(urlError(code, text: nil), curl: curl)
+    }
+
+    private func end(_ error: URLError?, curl: LibCurl) {
+        let first: Bool = finishedLock.withLock {
+            defer { finished = true }
+            return !finished
+        }
+        guard first else { return }
+        if let easy { curl.easyCleanup(easy) }
+        easy = nil
+        if let headerList { curl.slistFreeAll(headerList) }
+        headerList = nil
+        let client = self.client
+        self.client = nil
+        client?.curlTransfer(self, didCompleteWith: error)
+    }
+
+    private func urlError(_ code: URLError.Code, text: String?) -> URLError {
+        var info: [String: Any] = [:]
+        if let url = request.url {
+            info[NSURLErrorFailingURLErrorKey] = url
+        }
+        if let text { info[NSLocalizedDescriptionKey] = text }
+        return URLError(code, userInfo: info)
+    }
+
+    /// The URLSession error for a libcurl result, as corelibs' URLSession reports the same failures.
+    static func errorCode(for result: Int32) -> URLError.Code {
+        switch LibCurl.Result(rawValue: result) {
+        case .unsupportedProtocol: return .unsupportedURL
+        case .badURL: return .badURL
+        case .cannotResolveHost, .cannotResolveProxy: return .cannotFindHost
+        case .cannotConnect: return .cannotConnectToHost
+        case .timedOut: return .timedOut
+        case .weirdServerReply: return .badServerResponse
+        case .tooManyRedirects: return .httpTooManyRedirects
+        case .sslConnectError: return .secureConnectionFailed
+        case .peerFailedVerification: return .serverCertificateUntrusted
+        case .badContentEncoding: return .cannotDecodeContentData
+        case .sendFailRewind: return .requestBodyStreamExhausted
+        case .abortedByCallback, .writeError: return .cancelled
+        case .gotNothing, .partialFile, .sendError, .receiveError, .http2, .http2Stream, .readError:
+            return .networkConnectionLost
+        case .ok, .none: return .unknown
+        }
+    }
+
+    // MARK: - Callbacks, on the loop's thread
+
+    fileprivate func receivedBody(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
+        guard let client, count > 0, let bytes else { return count }
+        guard client.curlTransferCanTakeData(self) else { return LibCurl.Code.writePause }
+        client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count))
+        return count
+    }
+
+    fileprivate func receivedHeaderLine(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
+        guard let bytes, count > 0 else { return count }
+        let line = UnsafeRawBufferPointer(start: bytes, count: count)
+        guard response == nil, let url = request.url else { return count }  // trailers after the head are ignored
+        guard let complete = head.take(line), let response = complete.response(for: url) else { return count }
+        self.response = response
+        client?.curlTransfer(self, didReceive: response)
+        return count
+    }
+
+    fileprivate func readBody(into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int {
+        guard let buffer, capacity > 0 else { return 0 }
+        let count = min(capacity, body.count - bodyOffset)
+        guard count > 0 else { return 0 }
+        body.withUnsafeBytes { source in
+            if let base = source.baseAddress {
+                UnsafeMutableRawPointer(buffer).copyMemory(from: base + bodyOffset, byteCount: count)
+            }
+        }
+        bodyOffset += count
+        return count
+    }
+
+    fileprivate func seekBody(to offset: Int64, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET, offset >= 0, offset <= Int64(body.count) else { return LibCurl.Code.seekFail }
+        bodyOffset = Int(offset)
+        return LibCurl.Code.seekOK
+    }
+}
+
+/// The response head as its lines arrive: a status line starts a head (a 1xx one is dropped at its end, except 101).
+struct ResponseHead {
+    private(set) var status: Int?
+    private(set) var version = "HTTP/1.1"
+    /// By lower-cased name: the name as first sent, and the values joined with ", ".
+    private var fields: [String: (name: String, value: String)] = [:]
+    private var lastName: String?
+
+    /// Takes one header line (with its CRLF); returns the head when `line` is the blank line that ends a final one.
+    mutating func take(_ line: UnsafeRawBufferPointer) -> ResponseHead? {
+        // By bytes: in a `String`, CR LF is one `Character`.
+        var end = line.count
+        while end > 0, line[end - 1] == UInt8(ascii: "\n") || line[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        let text = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<end]), as: UTF8.self)
+        if text.hasPrefix("HTTP/") {
+            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+            self = ResponseHead()
+            version = parts.first.map(String.init) ?? "HTTP/1.1"
+            status = parts.count > 1 ? Int(parts[1]) : nil
+            return nil
+        }
+        if text.isEmpty {
+            guard let status else { return nil }
+            if (100...199).contains(status), status != 101 {
+                self = ResponseHead()
+                return nil
+            }
+            return self
+        }
+        if let first = text.first, first == " " || first == "\t", let name = lastName, let field = fields[name] {
+            fields[name] = (field.name, field.value + " " + text.trimmingCharacters(in: .whitespaces))
+            return nil
+        }
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let name = String(text[..<colon]).trimmingCharacters(in: .whitespaces)
+        let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty else { return nil }
+        let key = name.lowercased()
+        if let field = fields[key] {
+            fields[key] = (field.name, field.value + ", " + value)
+        } else {
+            fields[key] = (name, value)
+        }
+        lastName = key
+        return nil
+    }
+
+    func response(for url: URL) -> HTTPURLResponse? {
+        guard let status else { return nil }
+        let headerFields = Dictionary(fields.values.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
+        return HTTPURLResponse(url: url, statusCode: status, httpVersion: version, headerFields: headerFields)
+    }
+}
+
+private func transfer(_ user: UnsafeMutableRawPointer?) -> CurlTransfer? {
+    user.map { Unmanaged<CurlTransfer>.fromOpaque($0).takeUnretainedValue() }
+}
+
+private let curlWrite: LibCurl.DataCallback = { bytes, size, count, user in
+    transfer(user)?.receivedBody(bytes, size * count) ?? 0
+}
+
+private let curlHeader: LibCurl.DataCallback = { bytes, size, count, user in
+    transfer(user)?.receivedHeaderLine(bytes, size * count) ?? 0
+}
+
+private let curlRead: LibCurl.DataCallback = { buffer, size, count, user in
+    transfer(user)?.readBody(into: buffer, capacity: size * count) ?? LibCurl.Code.readAbort
+}
+
+private let curlSeek: LibCurl.SeekCallback = { user, offset, origin in
+    transfer(user)?.seekBody(to: offset, origin: origin) ?? LibCurl.Code.seekFail
+}
+#endif

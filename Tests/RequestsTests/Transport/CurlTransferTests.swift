@@ -47,10 +47,12 @@ final class CurlTransferTests: XCTestCase {
             XCTAssertNil(outcome.error, method)
             XCTAssertEqual(outcome.response?.statusCode, 200, method)
         }
-        XCTAssertEqual(seen.all, [
-            "POST 3 application/test -", "PUT \(large.count) application/test -", "PATCH 2 application/test -",
-            "DELETE 0 application/test -", "POST 0 application/test -",
-        ])
+        XCTAssertEqual(
+            seen.all,
+            [
+                "POST 3 application/test -", "PUT \(large.count) application/test -", "PATCH 2 application/test -",
+                "DELETE 0 application/test -", "POST 0 application/test -",
+            ])
         var head = URLRequest(url: server.url("/echo"))
         head.httpMethod = "HEAD"
         let outcome = run(head)

@@ -34,7 +34,7 @@ final class LifetimeTests: XCTestCase {
         weak var weakOperation: DataRequestOperation<ClassRequest>?
         weak var weakRequest: ClassRequest?
         weak var weakCaptured: Captured?
-        let tasks = Recorder<Weak<URLSessionTask>>()
+        let tasks = Recorder<Weak<AnyObject>>()
         let done = expectation(description: "completion")
         let queue = OperationQueue()
         // Suspended until the task observer is in place.

@@ -78,7 +78,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     }
 
     /// The data task while the request is in flight; `nil` before and after.
-    var currentTask: URLSessionTask? {
+    var currentTask: (any TransportTask)? {
         withLock { lazyRun?.task }
     }
 
@@ -150,9 +150,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         let (task, backoff, deadline) = withLock { (lazyRun?.task, lazyRun?.backoff, lazyRun?.deadline) }
         backoff?.cancel()
         deadline?.cancel()
-        if let task {
-            TaskCancellation.cancel(task)
-        }
+        task?.stop(after: nil)
     }
 
     /// Drops the request, the task, what was sent and the policies; keeps ``response``.
@@ -217,7 +215,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         emit(.willSend(attempt))
 
         // Through an existential: the session's handler is @Sendable and must not capture `R`'s metatype.
-        let task: URLSessionTask
+        let task: any TransportTask
         do {
             try TransferSession.checkSupported(session)
             task = try makeTask(for: urlRequest, rules: rules, callbacks: self)
@@ -226,16 +224,16 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             return
         }
         taskObserver?(task)
-        emit(.didCreateTask(attempt, task))
+        if let sessionTask = task.sessionTask { emit(.didCreateTask(attempt, sessionTask)) }
         // Resumed outside the lock. A cancellation that won before the task was stored never saw it: cancelled here,
         // unsent. One that wins after cancels it from a global queue, maybe only after resume(): cancelled here too.
         guard ifNotCompleted({ (run.task, run.sendTime) = (task, .now()) }) != nil else {
-            TaskCancellation.cancel(task, after: 0)
+            task.stop(after: 0)
             return
         }
         task.resume()
         if hasCompleted {
-            TaskCancellation.cancel(task)
+            task.stop(after: nil)
         }
     }
 
@@ -333,7 +331,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
     }
 
     /// The task for one attempt, whose callbacks go to the transfer's sink: a body kept in memory (see `MemorySink`).
-    func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
+    func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> any TransportTask {
         let upload = isUpload ? withLock { lazyRun?.upload } : nil
         return try MemorySink.task(for: urlRequest, uploading: upload, on: session, rules: rules, callbacks: callbacks)
     }

@@ -4,7 +4,7 @@ import FoundationNetworking
 import Foundation
 
 /// Sees each task a ``NetworkRequestOperation`` creates (tests only).
-typealias TaskObserver = @Sendable (URLSessionTask) -> Void
+typealias TaskObserver = @Sendable (any TransportTask) -> Void
 
 /// The state of a running ``NetworkRequestOperation``, guarded by the operation's lock.
 final class RunState {
@@ -14,7 +14,7 @@ final class RunState {
     /// answer, such as a second call of the same callback, is ignored.
     var awaitedStep: Int?
     var stepCount = 0
-    var task: URLSessionTask?
+    var task: (any TransportTask)?
     /// Fires at the request's deadline, if it has one.
     var deadline: DispatchSourceTimer?
     var taskObserver: TaskObserver?

@@ -221,7 +221,7 @@ class RedirectResendTestCase: XCTestCase {
     }
 
     func observe(_ run: ResendRun) {
-        let record: TaskObserver = { run.tasks.append($0) }
+        let record: TaskObserver = { task in task.sessionTask.map { run.tasks.append($0) } }
         switch run.operation {
         case let op as NetworkRequestOperation<PostData>: op.observeTasks(record)
         case let op as NetworkRequestOperation<PostDecodable>: op.observeTasks(record)

@@ -187,8 +187,8 @@ final class FaultMatrixTests: XCTestCase {
         weak var weakOperation: Operation?
         weak var weakClosureState: Sentinel?
         weak var weakRequestState: Sentinel?
-        let tasks = Recorder<Weak<URLSessionTask>>()
-        let observeTasks: @Sendable (URLSessionTask) -> Void = { tasks.append(Weak($0)) }
+        let tasks = Recorder<Weak<AnyObject>>()
+        let observeTasks: @Sendable (any TransportTask) -> Void = { tasks.append(Weak($0)) }
         let cell = "\(fault.rawValue) × \(kind.rawValue)"
         do {
             let operation: Operation = {

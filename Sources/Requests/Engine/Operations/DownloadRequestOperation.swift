@@ -122,7 +122,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         return resumable
     }
 
-    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> any TransportTask {
         let resuming = withLock { run.statusRule.partialContinuesWhole ? partial : nil }
         let file = try PartialFile.freshFile()
         let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)

@@ -114,7 +114,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         return rule
     }
 
-    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> URLSessionTask {
+    override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> any TransportTask {
         let statusRule = withLock { run.statusRule }
         let transfer = StreamSink(callbacks: callbacks, streamCallbacks: self, rules: rules, statusRule: statusRule)
         return TransferSession.task(on: session, handler: transfer, sending: urlRequest)

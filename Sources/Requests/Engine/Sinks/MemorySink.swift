@@ -49,7 +49,7 @@ extension MemorySink {
     static func task(
         for urlRequest: URLRequest, uploading upload: (body: UploadBody, length: Int64)?, on session: URLSession, rules: TransferRules,
         callbacks: any AttemptCallbacks
-    ) throws -> URLSessionTask {
+    ) throws -> any TransportTask {
         guard let upload else {
             #if canImport(FoundationNetworking)
             // URLSession on Linux serves a cached response whatever the policy says: a request that must ignore the

@@ -38,7 +38,7 @@ class TransferSink: @unchecked Sendable {
     let rules: TransferRules
     /// Guards the state below and the subclasses' state.
     let lock = NSLock()
-    private weak var task: URLSessionTask?
+    private weak var task: (any TransportTask)?
     /// Whether the outcome has been handed on (or a rule ended the attempt).
     private(set) var isOver = false
     private var redirects = 0
@@ -80,7 +80,7 @@ class TransferSink: @unchecked Sendable {
     }
 
     /// The task whose callbacks this receives, with the body it sends, set before it is resumed.
-    final func attach(_ task: URLSessionTask, body: SentBody?, mayBeSentTwice: Bool, canBeSentAgain: Bool) {
+    final func attach(_ task: any TransportTask, body: SentBody?, mayBeSentTwice: Bool, canBeSentAgain: Bool) {
         lock.withLock {
             (self.task, startTime, sentBody) = (task, .now(), body)
             (bodyMayBeSentTwice, bodyCanBeSentAgain) = (mayBeSentTwice, canBeSentAgain)
@@ -322,11 +322,11 @@ class TransferSink: @unchecked Sendable {
 
     /// Cancels the task through `TaskCancellation`.
     private func cancelTask() {
-        let task = lock.withLock { () -> URLSessionTask? in
+        let task = lock.withLock { () -> (any TransportTask)? in
             lastCancel = .now()
             return self.task
         }
-        if let task { TaskCancellation.cancel(task) }
+        task?.stop(after: nil)
     }
 
     /// Lets go of what the body holds so far, after a rule ended the attempt.
@@ -362,8 +362,8 @@ class TransferSink: @unchecked Sendable {
     // MARK: - The outcome, once
 
     /// Claims the outcome: whether this is the first claim, and the task.
-    private func claim() -> (first: Bool, task: URLSessionTask?) {
-        let claimed = lock.withLock { () -> (first: Bool, task: URLSessionTask?) in
+    private func claim() -> (first: Bool, task: (any TransportTask)?) {
+        let claimed = lock.withLock { () -> (first: Bool, task: (any TransportTask)?) in
             guard !isOver else { return (false, nil) }
             isOver = true
             return (true, task)

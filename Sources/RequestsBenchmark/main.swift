@@ -70,6 +70,7 @@ struct Options {
                               [--enqueue-batch 100] [--no-warm-up] [--side outbox|direct]
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
+               requests-bench wait-cpu [--requests 1,100] [--seconds 5]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE
@@ -125,6 +126,9 @@ struct Options {
                              at each --concurrency; prints req/s, the ratio (goal ≥ 0.9) and the failures. Then the same
                              against the embedded server closing after 5 requests unannounced (unless --no-embedded). Exits 1
                              if a POST to nginx failed
+          wait-cpu           instead: issue 51's row. --requests GETs (each count in turn) wait --seconds on a loopback
+                             server in a child process; prints this process's CPU as a share of one core (goal ≤ 2 %).
+                             REQUESTS_TRANSPORT=curl: on libcurl (Linux)
           --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """
@@ -237,6 +241,7 @@ case "outbox-kill": runOutboxKillCommand(Array(CommandLine.arguments.dropFirst(2
 case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-drain": runOutboxDrainCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "post-keepalive": runPostKeepaliveCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "wait-cpu": runWaitCPUCommand(Array(CommandLine.arguments.dropFirst(2)))
 default: break
 }
 

@@ -138,7 +138,7 @@ final class FaultMatrixTests: XCTestCase {
         // A body cut short is a lost connection on every platform and for every kind (libcurl says −1), which
         // RetryPolicy retries (a download resumes).
         case .contentLengthLargerThanBody: return urlError(.networkConnectionLost)
-        case .invalidChunkedEncoding: return urlErrors(Self.invalidChunkingCodes)
+        case .invalidChunkedEncoding: return urlErrors(isOnCurl(Self.patientSession) ? [.cannotParseResponse, .networkConnectionLost] : Self.invalidChunkingCodes)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:
             // Bodies held in memory stop at the 64 MiB default limit; a download writes its file.

@@ -58,7 +58,7 @@ extension MemorySink {
                 session.configuration.urlCache?.removeCachedResponse(for: urlRequest)
             }
             #endif
-            return TransferSession.task(on: session, handler: MemorySink(callbacks: callbacks, rules: rules), sending: urlRequest)
+            return Transport.dataTask(for: urlRequest, on: session, sink: MemorySink(callbacks: callbacks, rules: rules))
         }
         var urlRequest = urlRequest
         let body: SentBody

@@ -26,10 +26,13 @@ final class CurlLoop: @unchecked Sendable {
     private var running: [LibCurl.Handle: CurlTransfer] = [:]
 
     /// A loop with its own thread, or `nil` when libcurl cannot be loaded.
-    init?(curl: LibCurl? = LibCurl.shared, name: String = "Requests.CurlLoop") {
+    init?(curl: LibCurl? = LibCurl.shared, maximumConnectionsPerHost: Int = 0, name: String = "Requests.CurlLoop") {
         guard let curl, let multi = curl.multiInit() else { return nil }
         self.curl = curl
         self.multi = multi
+        if maximumConnectionsPerHost > 0 {
+            _ = curl.multiSetLong(multi, LibCurl.Code.maximumHostConnections, maximumConnectionsPerHost)
+        }
         let thread = Thread { [self] in run() }
         thread.name = name
         thread.start()
@@ -79,8 +82,9 @@ final class CurlLoop: @unchecked Sendable {
             if ending { break }
             _ = curl.multiPerform(multi, &active)
             collectFinished()
-            // Sleeps until a socket is ready, libcurl's timer is due (it shortens the wait to it), or a wakeup.
-            _ = curl.multiPoll(multi, nil, 0, 60_000, nil)
+            // Sleeps until a socket is ready, libcurl's timer is due (it shortens the wait to it), a transfer's idle
+            // timeout, or a wakeup.
+            _ = curl.multiPoll(multi, nil, 0, endIdleTransfers(), nil)
         }
         // `post` refuses commands once `stopping` is set, and the last turn took every command posted before.
         for transfer in running.values { remove(transfer, ending: .cancelled) }
@@ -103,6 +107,23 @@ final class CurlLoop: @unchecked Sendable {
             guard let easy = transfer.easy, running[easy] === transfer else { return }
             _ = curl.easyPause(easy, LibCurl.Code.pauseNone)
         }
+    }
+
+    /// Ends the transfers that moved no byte for their timeout (`timedOut`); returns the milliseconds until the next
+    /// one would time out (at most a minute).
+    private func endIdleTransfers() -> Int32 {
+        let now = DispatchTime.now()
+        var next = now + 60
+        for transfer in running.values {
+            let deadline = transfer.idleDeadline
+            if deadline <= now {
+                remove(transfer, ending: .timedOut)
+            } else if deadline < next {
+                next = deadline
+            }
+        }
+        let milliseconds = (next.uptimeNanoseconds - now.uptimeNanoseconds + 999_999) / 1_000_000
+        return Int32(clamping: milliseconds)
     }
 
     /// Removes the transfers libcurl has finished, each with its result.

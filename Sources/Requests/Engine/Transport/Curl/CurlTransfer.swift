@@ -20,23 +20,50 @@ protocol CurlTransferClient: AnyObject {
 /// libcurl sends it again on a new connection, so a re-send carries the whole body), and its response head parsed
 /// from the header lines. Only its ``CurlLoop``'s thread touches it once added.
 final class CurlTransfer: @unchecked Sendable {
-    let request: URLRequest
+    /// The request as sent; set up before the transfer is added to its loop.
+    private(set) var request: URLRequest
+    /// Whether the request goes on a new connection that no later request reuses.
+    let freshConnection: Bool
     private(set) var easy: LibCurl.Handle?
-    private var client: CurlTransferClient?
+    /// Set before the transfer is added to its loop; released once it has ended.
+    var client: CurlTransferClient?
     private weak var loop: CurlLoop?
     /// Kept alive while the handle points at them.
     private var headerList: OpaquePointer?
-    private let body: Data
+    private var body: Data
     private var bodyOffset = 0
     private var head = ResponseHead()
+    /// Seconds without a byte either way after which the transfer fails with `timedOut`, as URLSession's request
+    /// timeout; and when the last byte moved (the loop's thread).
+    private(set) var idleTimeout: TimeInterval = 60
+    private(set) var lastActivity = DispatchTime.now()
+    /// Body bytes handed to libcurl, counted again when it rewinds to send them again.
+    private(set) var bytesSent: Int64 = 0
+    /// Whether the transfer rode a kept-alive connection, once it has ended (`nil` when libcurl did not say).
+    private(set) var reusedConnection: Bool?
+    /// The request body's length.
+    var bodyLength: Int64 { Int64(body.count) }
     private(set) var response: HTTPURLResponse?
     private let finishedLock = NSLock()
     private var finished = false
 
-    init(request: URLRequest, client: CurlTransferClient) {
+    init(request: URLRequest, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
         self.request = request
+        self.freshConnection = freshConnection
         self.client = client
         body = request.httpBody ?? Data()
+    }
+
+    /// Adds what the session's configuration adds to every request: its extra headers (a field the request has
+    /// wins), its cookies (unless the request sets `Cookie` itself) and its request timeout (a request that kept
+    /// `URLRequest`'s default of 60 s takes the session's). Before the transfer is added to its loop.
+    func apply(_ configuration: URLSessionConfiguration) {
+        for (name, value) in configuration.httpAdditionalHeaders ?? [:] {
+            guard let name = name as? String, request.value(forHTTPHeaderField: name) == nil else { continue }
+            request.setValue(String(describing: value), forHTTPHeaderField: name)
+        }
+        CurlCookies.add(to: &request, from: configuration)
+        if request.timeoutInterval == 60 { request.timeoutInterval = configuration.timeoutIntervalForRequest }
     }
 
     /// Creates and sets up the easy handle, or finishes with an error and returns `nil`. On the loop's thread.
@@ -60,6 +87,10 @@ final class CurlTransfer: @unchecked Sendable {
         }
         func set(_ option: Int32, pointer: UnsafeRawPointer?) { ok = ok && curl.easySetPointer(easy, option, pointer) == 0 }
         set(Code.noSignal, 1)
+        if freshConnection {
+            set(Code.freshConnect, 1)
+            set(Code.forbidReuse, 1)
+        }
         set(Code.url, text: url.absoluteString)
         set(Code.protocolsText, text: "http,https")
         set(Code.redirectProtocolsText, text: "http,https")
@@ -69,11 +100,10 @@ final class CurlTransfer: @unchecked Sendable {
         set(Code.writeData, pointer: me)
         set(Code.headerFunction, pointer: unsafeBitCast(curlHeader, to: UnsafeRawPointer.self))
         set(Code.headerData, pointer: me)
-        // Seconds without a byte in either direction, as URLSession's request timeout.
-        let timeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
-        set(Code.lowSpeedLimit, 1)
-        set(Code.lowSpeedTime, max(1, Int(timeout)))
-        set(Code.connectTimeoutMilliseconds, max(1, Int(timeout * 1000)))
+        // Seconds without a byte in either direction, as URLSession's request timeout: the loop checks it (libcurl
+        // has whole seconds only, as a minimum speed).
+        idleTimeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
+        lastActivity = .now()
         let method = request.httpMethod?.uppercased() ?? "GET"
         if !body.isEmpty || method == "POST" {
             set(Code.post, 1)
@@ -124,7 +154,11 @@ final class CurlTransfer: @unchecked Sendable {
             return !finished
         }
         guard first else { return }
-        if let easy { curl.easyCleanup(easy) }
+        if let easy {
+            var connections = 0
+            if curl.easyGetInfo(easy, LibCurl.Code.connectionsMade, &connections) == 0 { reusedConnection = connections == 0 }
+            curl.easyCleanup(easy)
+        }
         easy = nil
         if let headerList { curl.slistFreeAll(headerList) }
         headerList = nil
@@ -165,8 +199,12 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Callbacks, on the loop's thread
 
+    /// When the transfer times out unless a byte moves before.
+    var idleDeadline: DispatchTime { lastActivity + idleTimeout }
+
     fileprivate func receivedBody(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
         guard let client, count > 0, let bytes else { return count }
+        lastActivity = .now()
         guard client.curlTransferCanTakeData(self) else { return LibCurl.Code.writePause }
         client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count))
         return count
@@ -174,6 +212,7 @@ final class CurlTransfer: @unchecked Sendable {
 
     fileprivate func receivedHeaderLine(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
         guard let bytes, count > 0 else { return count }
+        lastActivity = .now()
         let line = UnsafeRawBufferPointer(start: bytes, count: count)
         guard response == nil, let url = request.url else { return count }  // trailers after the head are ignored
         guard let complete = head.take(line), let response = complete.response(for: url) else { return count }
@@ -192,6 +231,8 @@ final class CurlTransfer: @unchecked Sendable {
             }
         }
         bodyOffset += count
+        bytesSent += Int64(count)
+        lastActivity = .now()
         return count
     }
 

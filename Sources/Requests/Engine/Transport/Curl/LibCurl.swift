@@ -28,6 +28,7 @@ struct LibCurl: @unchecked Sendable {
     let easyPause: @convention(c) (Handle?, Int32) -> Int32
     let easyStrerror: @convention(c) (Int32) -> UnsafePointer<CChar>?
     let multiInit: @convention(c) () -> Handle?
+    let multiSetLong: @convention(c) (Handle?, Int32, Int) -> Int32
     let multiCleanup: @convention(c) (Handle?) -> Int32
     let multiAdd: @convention(c) (Handle?, Handle?) -> Int32
     let multiRemove: @convention(c) (Handle?, Handle?) -> Int32
@@ -55,6 +56,7 @@ struct LibCurl: @unchecked Sendable {
             let globalInit = symbol("curl_global_init", as: GlobalInit.self),
             let setopt = dlsym(library, "curl_easy_setopt"),
             let getinfo = dlsym(library, "curl_easy_getinfo"),
+            let multiSetopt = dlsym(library, "curl_multi_setopt"),
             let easyInit = symbol("curl_easy_init", as: (@convention(c) () -> Handle?).self),
             let easyCleanup = symbol("curl_easy_cleanup", as: (@convention(c) (Handle?) -> Void).self),
             let easyPause = symbol("curl_easy_pause", as: (@convention(c) (Handle?, Int32) -> Int32).self),
@@ -89,7 +91,9 @@ struct LibCurl: @unchecked Sendable {
             easySetPointer: unsafeBitCast(setopt, to: (@convention(c) (Handle?, Int32, UnsafeRawPointer?) -> Int32).self),
             easySetOffset: unsafeBitCast(setopt, to: (@convention(c) (Handle?, Int32, Int64) -> Int32).self),
             easyGetInfo: unsafeBitCast(getinfo, to: (@convention(c) (Handle?, Int32, UnsafeMutableRawPointer?) -> Int32).self),
-            easyPause: easyPause, easyStrerror: easyStrerror, multiInit: multiInit, multiCleanup: multiCleanup,
+            easyPause: easyPause, easyStrerror: easyStrerror, multiInit: multiInit,
+            multiSetLong: unsafeBitCast(multiSetopt, to: (@convention(c) (Handle?, Int32, Int) -> Int32).self),
+            multiCleanup: multiCleanup,
             multiAdd: multiAdd, multiRemove: multiRemove, multiPerform: multiPerform, multiPoll: multiPoll,
             multiWakeup: multiWakeup, multiInfoRead: multiInfoRead, slistAppend: slistAppend, slistFreeAll: slistFreeAll,
             version: versionText)
@@ -109,8 +113,6 @@ struct LibCurl: @unchecked Sendable {
         static let writeData: Int32 = 10001
         static let url: Int32 = 10002
         static let readData: Int32 = 10009
-        static let lowSpeedLimit: Int32 = 19
-        static let lowSpeedTime: Int32 = 20
         static let writeFunction: Int32 = 20011
         static let readFunction: Int32 = 20012
         static let httpHeader: Int32 = 10023
@@ -120,10 +122,11 @@ struct LibCurl: @unchecked Sendable {
         static let noBody: Int32 = 44
         static let post: Int32 = 47
         static let followLocation: Int32 = 52
+        static let freshConnect: Int32 = 74
+        static let forbidReuse: Int32 = 75
         static let httpGet: Int32 = 80
         static let noSignal: Int32 = 99
         static let acceptEncoding: Int32 = 10102
-        static let connectTimeoutMilliseconds: Int32 = 156
         static let seekFunction: Int32 = 20167
         static let seekData: Int32 = 10168
         static let headerFunction: Int32 = 20079
@@ -133,7 +136,9 @@ struct LibCurl: @unchecked Sendable {
 
         // Information: long (0x200000 + n), double (0x300000 + n), off_t (0x600000 + n).
         static let responseCode: Int32 = 0x20_0002
+        static let connectionsMade: Int32 = 0x20_001A  // CURLINFO_NUM_CONNECTS: 0 when a kept-alive one was reused
 
+        static let maximumHostConnections: Int32 = 7  // CURLMOPT_MAX_HOST_CONNECTIONS
         static let messageDone: Int32 = 1  // CURLMSG_DONE
         static let writePause = 0x1000_0001  // CURL_WRITEFUNC_PAUSE
         static let readAbort = 0x1000_0000  // CURL_READFUNC_ABORT

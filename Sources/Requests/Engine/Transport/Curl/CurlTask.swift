@@ -1,0 +1,181 @@
+#if os(Linux)
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// One attempt on libcurl: the ``CurlTransfer``s of its request and of the redirects it follows, reported to the
+/// attempt's `TransferSink` as `TransferSession` reports a `URLSessionTask`'s callbacks, in the same order and through
+/// the same sink methods, so that every rule (limits, redirect policy, lost connections) is the sink's on both.
+///
+/// A redirect is ruled on once its 3xx has arrived whole (its body is held meanwhile, up to 1 MiB), off the loop's
+/// thread: followed on a new transfer, or a 307/308 that keeps a body handed back to the operation (`RedirectResend`),
+/// or refused, and then the 3xx is the response.
+final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
+    /// The most of a redirect's own body held while it is ruled on; more ends the transfer.
+    static let heldRedirectBody = 1 << 20
+
+    private let loop: CurlLoop
+    private let sink: TransferSink
+    private let configuration: URLSessionConfiguration
+    private let lock = NSLock()
+    /// Under `lock`.
+    private var current: CurlTransfer
+    private var resumed = false
+    private var stopped = false
+    private var lastResponse: URLResponse?
+    /// The 3xx of a redirect to rule on once it ends, and its body so far (loop thread).
+    private var redirect: (response: HTTPURLResponse, location: URL)?
+    private var redirectBody = Data()
+
+    init(sending request: URLRequest, on loop: CurlLoop, configuration: URLSessionConfiguration, sink: TransferSink) {
+        self.loop = loop
+        self.sink = sink
+        self.configuration = configuration
+        current = CurlTransfer(request: request, freshConnection: CurlTask.needsFreshConnection(request))
+        current.client = self
+    }
+
+    var response: URLResponse? { lock.withLock { lastResponse } }
+    var sessionTask: URLSessionTask? { nil }
+
+    func resume() {
+        let transfer: CurlTransfer? = lock.withLock {
+            guard !resumed, !stopped else { return nil }
+            resumed = true
+            return current
+        }
+        if let transfer { loop.add(prepared(transfer)) }
+    }
+
+    func stop(after delay: TimeInterval?) {
+        let (transfer, wasResumed): (CurlTransfer, Bool) = lock.withLock {
+            stopped = true
+            return (current, resumed)
+        }
+        // Never resumed: the sink has its outcome from whoever stopped it; nothing was sent, and the transfer lets
+        // go of this task.
+        if wasResumed { loop.cancel(transfer) } else { transfer.client = nil }
+    }
+
+    /// A request that must not be sent twice goes on a connection of its own (see `SentBody`): libcurl sends a
+    /// request again by itself when a reused connection dies before any answer.
+    private static func needsFreshConnection(_ request: URLRequest) -> Bool {
+        !SentBody.mayBeSentTwice(request)
+    }
+
+    /// `transfer` with what the session's configuration adds: its extra headers and cookies, its timeout.
+    private func prepared(_ transfer: CurlTransfer) -> CurlTransfer {
+        transfer.apply(configuration)
+        return transfer
+    }
+
+    // MARK: - CurlTransferClient, on the loop's thread
+
+    func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse) {
+        CurlCookies.store(from: response, for: transfer.request, in: configuration)
+        if let location = Self.redirectLocation(of: response) {
+            redirect = (response, location)
+            redirectBody = Data()
+            return
+        }
+        lock.withLock { lastResponse = response }
+        if transfer.bodyLength > 0 {
+            sink.measure(sentTotal: transfer.bytesSent)
+            sink.didSend(total: transfer.bytesSent, expected: transfer.bodyLength)
+        }
+        sink.measure(arrived: response)
+        _ = sink.shouldAccept(response)
+    }
+
+    func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool { true }
+
+    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) {
+        if redirect != nil {
+            redirectBody.append(data)
+            if redirectBody.count > Self.heldRedirectBody { loop.cancel(transfer, code: .cannotLoadFromNetwork) }
+            return
+        }
+        sink.measure(received: data.count)
+        sink.didReceive(data)
+    }
+
+    func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?) {
+        if error == nil, let (response, location) = redirect {
+            redirect = nil
+            let body = redirectBody
+            redirectBody = Data()
+            // The ruling may run user code (a policy, the monitors): never on the loop's thread.
+            DispatchQueue.global().async { self.rule(response, to: location, from: transfer.request, body: body) }
+            return
+        }
+        sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection)
+        let reported = sink.reported(error)
+        if !sink.resendsAfterLostConnection(reported) {
+            sink.didComplete(response: transfer.response, error: reported)
+        }
+    }
+
+    // MARK: - Redirects
+
+    /// The absolute URL a 3xx sends the request to, when it is a redirect URLSession follows.
+    private static func redirectLocation(of response: HTTPURLResponse) -> URL? {
+        guard [301, 302, 303, 307, 308].contains(response.statusCode),
+            let location = response.value(forHTTPHeaderField: "Location"), !location.isEmpty
+        else { return nil }
+        return URL(string: location, relativeTo: response.url)?.absoluteURL
+    }
+
+    /// The request URLSession would propose after `response`: a 303, or a 301 or 302 of a POST, becomes a bodiless GET
+    /// (a HEAD stays a HEAD); others keep their method, headers and body.
+    private static func proposal(after response: HTTPURLResponse, to location: URL, from sent: URLRequest) -> URLRequest {
+        var next = sent
+        next.url = location
+        let method = sent.httpMethod?.uppercased() ?? "GET"
+        let becomesGet = (response.statusCode == 303 && method != "HEAD" && method != "GET")
+            || ([301, 302].contains(response.statusCode) && method == "POST")
+        if becomesGet {
+            next.httpMethod = "GET"
+            next.httpBody = nil
+            next.setValue(nil, forHTTPHeaderField: "Content-Type")
+            next.setValue(nil, forHTTPHeaderField: "Content-Length")
+        }
+        return next
+    }
+
+    private func rule(_ response: HTTPURLResponse, to location: URL, from sent: URLRequest, body: Data) {
+        let proposed = Self.proposal(after: response, to: location, from: sent)
+        guard let allowed = sink.willRedirect(response, to: proposed, from: sent.url) else {
+            return deliver(response, body: body, from: sent)
+        }
+        // A redirect that keeps a body is sent again by the operation itself (`RedirectResend`), as on URLSession.
+        let keepsBody = [301, 302, 307, 308].contains(response.statusCode)
+            && (allowed.httpMethod ?? "GET") == (sent.httpMethod ?? "GET") && !(sent.httpBody?.isEmpty ?? true)
+        if keepsBody {
+            sink.resendAfterCompletion(allowed)
+            return deliver(response, body: Data(), from: sent)
+        }
+        var next = allowed
+        if (next.httpMethod ?? "GET") != (sent.httpMethod ?? "GET") { next.httpBody = nil }
+        let transfer = CurlTransfer(request: next, freshConnection: Self.needsFreshConnection(next))
+        transfer.client = self
+        let goesOn: Bool = lock.withLock {
+            guard !stopped else { return false }
+            current = transfer
+            return true
+        }
+        if goesOn { loop.add(prepared(transfer)) }
+    }
+
+    /// Hands a 3xx that is not followed to the sink as the response.
+    private func deliver(_ response: HTTPURLResponse, body: Data, from sent: URLRequest) {
+        lock.withLock { lastResponse = response }
+        sink.measure(arrived: response)
+        if sink.shouldAccept(response), !body.isEmpty {
+            sink.measure(received: body.count)
+            sink.didReceive(body)
+        }
+        sink.didComplete(response: response, error: nil)
+    }
+}
+#endif

@@ -1,0 +1,29 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+/// Which transport carries an attempt, decided here and nowhere else (issue 51).
+///
+/// URLSession everywhere, except on Linux for a caller who opts in to libcurl (`REQUESTS_TRANSPORT=curl` in the
+/// environment, read once; the opt-in is for trying it, while it cannot carry every kind), where a transfer goes on
+/// libcurl directly when nothing it needs is URLSession's alone:
+/// - a data request (not an upload, download or stream yet) with no body stream, to an `http` or `https` URL;
+/// - a session without a delegate of the caller's (which would be asked about challenges, redirects and metrics)
+///   whose `protocolClasses` are Foundation's own (a stub such as `RequestsTesting`'s keeps URLSession);
+/// - no credentials to answer a challenge with: none in the URL, none in the session's credential storage.
+/// The session's configuration still applies: extra headers, cookies, the request timeout, connections per host. Its
+/// `URLCache` does not (``ResponseCache`` is the cache on both).
+enum Transport {
+    /// The task of a data attempt whose body is kept in memory by `sink`.
+    static func dataTask(for request: URLRequest, on session: URLSession, sink: TransferSink) -> any TransportTask {
+        #if os(Linux)
+        if let loop = CurlSessions.loop(for: session, request: request) {
+            let task = CurlTask(sending: request, on: loop, configuration: session.configuration, sink: sink)
+            sink.attach(task, body: SentBody.of(request), mayBeSentTwice: SentBody.mayBeSentTwice(request), canBeSentAgain: true)
+            return task
+        }
+        #endif
+        return TransferSession.task(on: session, handler: sink, sending: request)
+    }
+}

@@ -219,13 +219,3 @@ class OwnTemporaryDirectoryTestCase: XCTestCase {
         super.tearDown()
     }
 }
-
-/// Whether a plain request on `session` goes on libcurl rather than URLSession (`REQUESTS_TRANSPORT=curl` on Linux,
-/// see `Transport`): some expectations differ there, where libcurl behaves as Apple's URLSession does.
-func isOnCurl(_ session: URLSession) -> Bool {
-    #if os(Linux)
-    return CurlSessions.carries(URLRequest(url: URL(string: "http://127.0.0.1/")!), on: session)
-    #else
-    return false
-    #endif
-}

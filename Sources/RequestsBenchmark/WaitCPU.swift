@@ -60,7 +60,7 @@ func runWaitCPUCommand(_ arguments: [String]) -> Never {
         print(String(format: "| %d | %.2f s | %.3f s | %.1f %% | ≤ 2 %% |", count, wall, cpu, share))
         session.finishTasksAndInvalidate()
     }
-    print("Command: \(["requests-bench"] + CommandLine.arguments.dropFirst())".replacingOccurrences(of: "\"", with: ""))
+    print("Command: " + (["requests-bench"] + CommandLine.arguments.dropFirst()).joined(separator: " "))
     exit(failed == 0 ? 0 : 1)
 }
 

@@ -73,7 +73,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
     // MARK: - CurlTransferClient, on the loop's thread
 
     func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse) {
-        CurlCookies.store(from: response, for: transfer.request, in: configuration)
+        if transfer.setsCookie { CurlCookies.store(from: response, for: transfer.request, in: configuration) }
         if let location = Self.redirectLocation(of: response) {
             redirect = (response, location)
             redirectBody = Data()

@@ -44,6 +44,8 @@ final class CurlTransfer: @unchecked Sendable {
     /// The request body's length.
     var bodyLength: Int64 { Int64(body.count) }
     private(set) var response: HTTPURLResponse?
+    /// Whether ``response`` sets a cookie.
+    private(set) var setsCookie = false
     private let finishedLock = NSLock()
     private var finished = false
 
@@ -217,6 +219,7 @@ final class CurlTransfer: @unchecked Sendable {
         guard response == nil, let url = request.url else { return count }  // trailers after the head are ignored
         guard let complete = head.take(line), let response = complete.response(for: url) else { return count }
         self.response = response
+        setsCookie = complete.setsCookie
         client?.curlTransfer(self, didReceive: response)
         return count
     }
@@ -240,60 +243,6 @@ final class CurlTransfer: @unchecked Sendable {
         guard origin == SEEK_SET, offset >= 0, offset <= Int64(body.count) else { return LibCurl.Code.seekFail }
         bodyOffset = Int(offset)
         return LibCurl.Code.seekOK
-    }
-}
-
-/// The response head as its lines arrive: a status line starts a head (a 1xx one is dropped at its end, except 101).
-struct ResponseHead {
-    private(set) var status: Int?
-    private(set) var version = "HTTP/1.1"
-    /// By lower-cased name: the name as first sent, and the values joined with ", ".
-    private var fields: [String: (name: String, value: String)] = [:]
-    private var lastName: String?
-
-    /// Takes one header line (with its CRLF); returns the head when `line` is the blank line that ends a final one.
-    mutating func take(_ line: UnsafeRawBufferPointer) -> ResponseHead? {
-        // By bytes: in a `String`, CR LF is one `Character`.
-        var end = line.count
-        while end > 0, line[end - 1] == UInt8(ascii: "\n") || line[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<end]), as: UTF8.self)
-        if text.hasPrefix("HTTP/") {
-            let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-            self = ResponseHead()
-            version = parts.first.map(String.init) ?? "HTTP/1.1"
-            status = parts.count > 1 ? Int(parts[1]) : nil
-            return nil
-        }
-        if text.isEmpty {
-            guard let status else { return nil }
-            if (100...199).contains(status), status != 101 {
-                self = ResponseHead()
-                return nil
-            }
-            return self
-        }
-        if let first = text.first, first == " " || first == "\t", let name = lastName, let field = fields[name] {
-            fields[name] = (field.name, field.value + " " + text.trimmingCharacters(in: .whitespaces))
-            return nil
-        }
-        guard let colon = text.firstIndex(of: ":") else { return nil }
-        let name = String(text[..<colon]).trimmingCharacters(in: .whitespaces)
-        let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
-        guard !name.isEmpty else { return nil }
-        let key = name.lowercased()
-        if let field = fields[key] {
-            fields[key] = (field.name, field.value + ", " + value)
-        } else {
-            fields[key] = (name, value)
-        }
-        lastName = key
-        return nil
-    }
-
-    func response(for url: URL) -> HTTPURLResponse? {
-        guard let status else { return nil }
-        let headerFields = Dictionary(fields.values.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
-        return HTTPURLResponse(url: url, statusCode: status, httpVersion: version, headerFields: headerFields)
     }
 }
 

@@ -105,8 +105,8 @@ final class BodyResendTests: XCTestCase {
         XCTAssertEqual(arrivals.filter(\.isComplete).count, 2, "\(arrivals)")
         if isOnCurl(session) {
             // libcurl is told to close each such connection itself (no reuse, whatever the server says): the second
-            // POST goes on a new connection, and succeeds.
-            XCTAssertNil(result.failure, "\(result)")
+            // POST goes on a new connection, and is answered (`{"bytes":N}`, which this request cannot decode).
+            XCTAssertFalse(result.failure is URLError, "\(result)")
             XCTAssertEqual(arrivals.map(\.index), [1, 1], "\(arrivals)")
             return
         }

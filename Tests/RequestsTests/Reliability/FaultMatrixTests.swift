@@ -138,7 +138,10 @@ final class FaultMatrixTests: XCTestCase {
         // A body cut short is a lost connection on every platform and for every kind (libcurl says −1), which
         // RetryPolicy retries (a download resumes).
         case .contentLengthLargerThanBody: return urlError(.networkConnectionLost)
-        case .invalidChunkedEncoding: return urlErrors(isOnCurl(Self.patientSession) ? [.cannotParseResponse, .networkConnectionLost] : Self.invalidChunkingCodes)
+        case .invalidChunkedEncoding:
+            // Data requests on libcurl (downloads and uploads still take URLSession) fail as on Apple platforms.
+            let onCurl = isOnCurl(Self.patientSession) && [.data, .decodable, .noContent].contains(kind)
+            return urlErrors(onCurl ? [.cannotParseResponse, .networkConnectionLost] : Self.invalidChunkingCodes)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:
             // Bodies held in memory stop at the 64 MiB default limit; a download writes its file.

@@ -145,4 +145,3 @@ extension Outbox {
         return stored
     }
 }
-

@@ -132,7 +132,8 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
         var next = sent
         next.url = location
         let method = sent.httpMethod?.uppercased() ?? "GET"
-        let becomesGet = (response.statusCode == 303 && method != "HEAD" && method != "GET")
+        let becomesGet =
+            (response.statusCode == 303 && method != "HEAD" && method != "GET")
             || ([301, 302].contains(response.statusCode) && method == "POST")
         if becomesGet {
             next.httpMethod = "GET"
@@ -149,7 +150,8 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             return deliver(response, body: body, from: sent)
         }
         // A redirect that keeps a body is sent again by the operation itself (`RedirectResend`), as on URLSession.
-        let keepsBody = [301, 302, 307, 308].contains(response.statusCode)
+        let keepsBody =
+            [301, 302, 307, 308].contains(response.statusCode)
             && (allowed.httpMethod ?? "GET") == (sent.httpMethod ?? "GET") && !(sent.httpBody?.isEmpty ?? true)
         if keepsBody {
             sink.resendAfterCompletion(allowed)

@@ -45,7 +45,14 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             resumed = true
             return current
         }
-        if let transfer { loop.add(prepared(transfer)) }
+        if let transfer { start(transfer) }
+    }
+
+    /// Adds `transfer` to the loop; a stop that came meanwhile may have posted its cancel first, which the loop then
+    /// ignored, so it is posted again after the add.
+    private func start(_ transfer: CurlTransfer) {
+        loop.add(prepared(transfer))
+        if lock.withLock({ stopped }) { loop.cancel(transfer) }
     }
 
     func stop(after delay: TimeInterval?) {
@@ -166,7 +173,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             current = transfer
             return true
         }
-        if goesOn { loop.add(prepared(transfer)) }
+        if goesOn { start(transfer) } else { transfer.client = nil }
     }
 
     /// Hands a 3xx that is not followed to the sink as the response.

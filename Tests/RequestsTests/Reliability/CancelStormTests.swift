@@ -80,7 +80,10 @@ final class CancelStormTests: XCTestCase {
         XCTAssertTrue(operations.allSatisfy(\.isFinished))
         // The situation that crashed: a second cancel of a task while the first was in flight (the operation's and its
         // sink's, or the operation's twice as it started). Each was left to the first.
-        XCTAssertGreaterThan(TaskCancellation.coveredCancels, coveredBefore, "the storm made overlapping cancels")
+        // (URLSession's tasks only: a transfer on libcurl is cancelled by its loop, once, without `TaskCancellation`.)
+        if !isOnCurl(testSession) {
+            XCTAssertGreaterThan(TaskCancellation.coveredCancels, coveredBefore, "the storm made overlapping cancels")
+        }
         // A state handed to a later download had its file taken over (the file grows with that download's bytes, and a
         // state of its own describes it); every other kept state describes its bytes.
         for state in states.values where !unused.wasGiven(state) && FileManager.default.fileExists(atPath: state.partialFile.path) {

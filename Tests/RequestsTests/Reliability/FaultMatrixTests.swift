@@ -139,9 +139,8 @@ final class FaultMatrixTests: XCTestCase {
         // RetryPolicy retries (a download resumes).
         case .contentLengthLargerThanBody: return urlError(.networkConnectionLost)
         case .invalidChunkedEncoding:
-            // Data requests on libcurl (downloads and uploads still take URLSession) fail as on Apple platforms.
-            let onCurl = isOnCurl(Self.patientSession) && [.data, .decodable, .noContent].contains(kind)
-            return urlErrors(onCurl ? [.cannotParseResponse, .networkConnectionLost] : Self.invalidChunkingCodes)
+            // On libcurl, as on Apple platforms.
+            return urlErrors(isOnCurl(Self.patientSession) ? [.cannotParseResponse, .networkConnectionLost] : Self.invalidChunkingCodes)
         case .slowTricklePastTimeout, .neverResponds: return urlError(.timedOut)
         case .hugeBodyForSmallModel:
             // Bodies held in memory stop at the 64 MiB default limit; a download writes its file.

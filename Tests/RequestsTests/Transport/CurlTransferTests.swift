@@ -170,6 +170,7 @@ final class CurlTransferTests: XCTestCase {
         }
         var outcome: Outcome { lock.withLock { state } }
 
+        func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64) {}
         func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse) {
             lock.withLock { state.response = response }
         }

@@ -127,7 +127,7 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         let file = try PartialFile.freshFile()
         let transfer = FileSink(callbacks: callbacks, rules: rules, freshFile: file, resuming: resuming)
         withLock { self.transfer = transfer }
-        return TransferSession.task(on: session, handler: transfer, sending: urlRequest)
+        return Transport.dataTask(for: urlRequest, on: session, sink: transfer)
     }
 
     override func transferEnded(body: ResponseBody, response: URLResponse?, error: Error?) -> Bool {

@@ -117,7 +117,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
     override func makeTask(for urlRequest: URLRequest, rules: TransferRules, callbacks: any AttemptCallbacks) throws -> any TransportTask {
         let statusRule = withLock { run.statusRule }
         let transfer = StreamSink(callbacks: callbacks, streamCallbacks: self, rules: rules, statusRule: statusRule)
-        return TransferSession.task(on: session, handler: transfer, sending: urlRequest)
+        return Transport.dataTask(for: urlRequest, on: session, sink: transfer)
     }
 
     /// The response has an accepted status: from now on its body is the stream's (called on the session's queue).

@@ -84,6 +84,6 @@ extension MemorySink {
         urlRequest.httpBody = nil
         urlRequest.httpBodyStream = nil
         let sink = MemorySink(callbacks: callbacks, rules: rules, uploadLength: body.length ?? upload.length)
-        return TransferSession.task(on: session, handler: sink, sending: urlRequest, body: body, asUpload: true)
+        return Transport.uploadTask(for: urlRequest, body: body, on: session, sink: sink)
     }
 }

@@ -8,14 +8,15 @@ import Foundation
 /// URLSession everywhere, except on Linux for a caller who opts in to libcurl (`REQUESTS_TRANSPORT=curl` in the
 /// environment, read once; the opt-in is for trying it, while it cannot carry every kind), where a transfer goes on
 /// libcurl directly when nothing it needs is URLSession's alone:
-/// - a data request (not an upload, download or stream yet) with no body stream, to an `http` or `https` URL;
+/// - a request of any kind (data, upload, download, stream) to an `http` or `https` URL, without a body stream of the
+///   request's own;
 /// - a session without a delegate of the caller's (which would be asked about challenges, redirects and metrics)
 ///   whose `protocolClasses` are Foundation's own (a stub such as `RequestsTesting`'s keeps URLSession);
 /// - no credentials to answer a challenge with: none in the URL, none in the session's credential storage.
 /// The session's configuration still applies: extra headers, cookies, the request timeout, connections per host. Its
 /// `URLCache` does not (``ResponseCache`` is the cache on both).
 enum Transport {
-    /// The task of a data attempt whose body is kept in memory by `sink`.
+    /// The task of an attempt whose answer goes to `sink`: kept in memory, written to a file, or streamed.
     static func dataTask(for request: URLRequest, on session: URLSession, sink: TransferSink) -> any TransportTask {
         #if os(Linux)
         if let loop = CurlSessions.loop(for: session, request: request) {
@@ -25,5 +26,18 @@ enum Transport {
         }
         #endif
         return TransferSession.task(on: session, handler: sink, sending: request)
+    }
+
+    /// The task of an upload attempt that sends `body` (see `SentBody`), whose answer `sink` keeps in memory.
+    static func uploadTask(for request: URLRequest, body: SentBody, on session: URLSession, sink: TransferSink) -> any TransportTask {
+        #if os(Linux)
+        if let loop = CurlSessions.loop(for: session, request: request) {
+            let task = CurlTask(sending: request, body: body, on: loop, configuration: session.configuration, sink: sink)
+            sink.attach(
+                task, body: body, mayBeSentTwice: SentBody.mayBeSentTwice(request), canBeSentAgain: body.canBeSentAgain(asUpload: true))
+            return task
+        }
+        #endif
+        return TransferSession.task(on: session, handler: sink, sending: request, body: body, asUpload: true)
     }
 }

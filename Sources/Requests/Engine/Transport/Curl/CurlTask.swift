@@ -28,12 +28,23 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
     private var redirect: (response: HTTPURLResponse, location: URL)?
     private var redirectBody = Data()
 
-    init(sending request: URLRequest, on loop: CurlLoop, configuration: URLSessionConfiguration, sink: TransferSink) {
+    /// Whether the first transfer sends a body of the operation's (an upload's, see `SentBody`).
+    private let sendsUploadBody: Bool
+
+    /// An attempt that sends `request`, with `body` when it is an upload's (else the request's own `httpBody`).
+    init(sending request: URLRequest, body: SentBody? = nil, on loop: CurlLoop, configuration: URLSessionConfiguration, sink: TransferSink) {
         self.loop = loop
         self.sink = sink
         self.configuration = configuration
-        current = CurlTransfer(request: request, freshConnection: CurlTask.needsFreshConnection(request))
+        sendsUploadBody = body != nil
+        current = CurlTransfer(request: request, body: body.map(Self.body), freshConnection: CurlTask.needsFreshConnection(request))
         current.client = self
+    }
+
+    /// `body` as a transfer sends it: bytes from memory, or a stream opened again for each sending.
+    private static func body(_ body: SentBody) -> CurlTransfer.Body {
+        if case let .data(data) = body { return .data(data) }
+        return .stream(length: body.length, open: { body.freshStream() })
     }
 
     var response: URLResponse? { lock.withLock { lastResponse } }
@@ -87,15 +98,16 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             return
         }
         lock.withLock { lastResponse = response }
-        if transfer.bodyLength > 0 {
-            sink.measure(sentTotal: transfer.bytesSent)
-            sink.didSend(total: transfer.bytesSent, expected: transfer.bodyLength)
-        }
         sink.measure(arrived: response)
         _ = sink.shouldAccept(response)
     }
 
     func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool { true }
+
+    func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64) {
+        sink.measure(sentTotal: total)
+        sink.didSend(total: total, expected: expected)
+    }
 
     func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) {
         if redirect != nil {
@@ -159,7 +171,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
         // A redirect that keeps a body is sent again by the operation itself (`RedirectResend`), as on URLSession.
         let keepsBody =
             [301, 302, 307, 308].contains(response.statusCode)
-            && (allowed.httpMethod ?? "GET") == (sent.httpMethod ?? "GET") && !(sent.httpBody?.isEmpty ?? true)
+            && (allowed.httpMethod ?? "GET") == (sent.httpMethod ?? "GET") && (sendsUploadBody || !(sent.httpBody?.isEmpty ?? true))
         if keepsBody {
             sink.resendAfterCompletion(allowed)
             return deliver(response, body: Data(), from: sent)

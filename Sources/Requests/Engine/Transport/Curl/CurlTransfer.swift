@@ -7,6 +7,8 @@ import Foundation
 /// What a ``CurlTransfer`` tells, always on its ``CurlLoop``'s thread: the response head once (interim 1xx heads are
 /// skipped), the body in pieces, then the end, exactly once.
 protocol CurlTransferClient: AnyObject {
+    /// `total` body bytes have been handed to libcurl, of `expected` (-1 when unknown).
+    func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64)
     func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse)
     /// Whether the client takes more of the body now. When it does not, the transfer pauses (libcurl keeps the piece
     /// and stops reading the socket) until ``CurlLoop/resume(_:)``.
@@ -30,8 +32,17 @@ final class CurlTransfer: @unchecked Sendable {
     private weak var loop: CurlLoop?
     /// Kept alive while the handle points at them.
     private var headerList: OpaquePointer?
-    private var body: Data
+    /// What the request sends: bytes in memory, or a stream (a file's, a multipart form's) with a way to open it
+    /// again from its start, for a re-send.
+    enum Body {
+        case data(Data)
+        case stream(length: Int64?, open: () -> InputStream?)
+    }
+
+    private let body: Body
     private var bodyOffset = 0
+    /// The open stream of a `.stream` body.
+    private var bodyStream: InputStream?
     private var head = ResponseHead()
     /// Seconds without a byte either way after which the transfer fails with `timedOut`, as URLSession's request
     /// timeout; and when the last byte moved (the loop's thread).
@@ -41,19 +52,25 @@ final class CurlTransfer: @unchecked Sendable {
     private(set) var bytesSent: Int64 = 0
     /// Whether the transfer rode a kept-alive connection, once it has ended (`nil` when libcurl did not say).
     private(set) var reusedConnection: Bool?
-    /// The request body's length.
-    var bodyLength: Int64 { Int64(body.count) }
+    /// The request body's length: -1 when unknown, 0 for none.
+    var bodyLength: Int64 {
+        switch body {
+        case let .data(data): Int64(data.count)
+        case let .stream(length, _): length ?? -1
+        }
+    }
     private(set) var response: HTTPURLResponse?
     /// Whether ``response`` sets a cookie.
     private(set) var setsCookie = false
     private let finishedLock = NSLock()
     private var finished = false
 
-    init(request: URLRequest, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
+    /// A transfer of `request`, sending `body`, or the request's own `httpBody` when `nil`.
+    init(request: URLRequest, body: Body? = nil, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
         self.request = request
         self.freshConnection = freshConnection
         self.client = client
-        body = request.httpBody ?? Data()
+        self.body = body ?? .data(request.httpBody ?? Data())
     }
 
     /// Adds what the session's configuration adds to every request: its extra headers (a field the request has
@@ -107,9 +124,10 @@ final class CurlTransfer: @unchecked Sendable {
         idleTimeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
         lastActivity = .now()
         let method = request.httpMethod?.uppercased() ?? "GET"
-        if !body.isEmpty || method == "POST" {
+        if bodyLength != 0 || method == "POST" {
             set(Code.post, 1)
-            ok = ok && curl.easySetOffset(easy, Code.postFieldSizeLarge, Int64(body.count)) == 0
+            // -1: sent chunked, as it comes.
+            ok = ok && curl.easySetOffset(easy, Code.postFieldSizeLarge, bodyLength) == 0
             set(Code.readFunction, pointer: unsafeBitCast(curlRead, to: UnsafeRawPointer.self))
             set(Code.readData, pointer: me)
             set(Code.seekFunction, pointer: unsafeBitCast(curlSeek, to: UnsafeRawPointer.self))
@@ -164,6 +182,8 @@ final class CurlTransfer: @unchecked Sendable {
         easy = nil
         if let headerList { curl.slistFreeAll(headerList) }
         headerList = nil
+        bodyStream?.close()
+        bodyStream = nil
         let client = self.client
         self.client = nil
         client?.curlTransfer(self, didCompleteWith: error)
@@ -226,21 +246,49 @@ final class CurlTransfer: @unchecked Sendable {
 
     fileprivate func readBody(into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int {
         guard let buffer, capacity > 0 else { return 0 }
-        let count = min(capacity, body.count - bodyOffset)
-        guard count > 0 else { return 0 }
-        body.withUnsafeBytes { source in
-            if let base = source.baseAddress {
-                UnsafeMutableRawPointer(buffer).copyMemory(from: base + bodyOffset, byteCount: count)
+        let count: Int
+        switch body {
+        case let .data(data):
+            count = min(capacity, data.count - bodyOffset)
+            guard count > 0 else { return 0 }
+            data.withUnsafeBytes { source in
+                if let base = source.baseAddress {
+                    UnsafeMutableRawPointer(buffer).copyMemory(from: base + bodyOffset, byteCount: count)
+                }
             }
+        case let .stream(_, open):
+            if bodyStream == nil {
+                bodyStream = open()
+                bodyStream?.open()
+            }
+            guard let stream = bodyStream else { return LibCurl.Code.readAbort }
+            let read = UnsafeMutableRawPointer(buffer).withMemoryRebound(to: UInt8.self, capacity: capacity) {
+                stream.read($0, maxLength: capacity)
+            }
+            guard read >= 0 else { return LibCurl.Code.readAbort }
+            count = read
         }
         bodyOffset += count
         bytesSent += Int64(count)
         lastActivity = .now()
+        if count > 0 { client?.curlTransfer(self, didSend: bytesSent, expected: bodyLength) }
         return count
     }
 
+    /// Back to the body's start, for libcurl to send it again (a data body may go to any offset). A stream is opened
+    /// again; one that cannot be refuses, and the transfer fails.
     fileprivate func seekBody(to offset: Int64, origin: Int32) -> Int32 {
-        guard origin == SEEK_SET, offset >= 0, offset <= Int64(body.count) else { return LibCurl.Code.seekFail }
+        guard origin == SEEK_SET, offset >= 0 else { return LibCurl.Code.seekFail }
+        switch body {
+        case let .data(data):
+            guard offset <= Int64(data.count) else { return LibCurl.Code.seekFail }
+        case let .stream(_, open):
+            guard offset == 0 else { return LibCurl.Code.seekFail }
+            bodyStream?.close()
+            bodyStream = open()
+            guard let stream = bodyStream else { return LibCurl.Code.seekFail }
+            stream.open()
+        }
         bodyOffset = Int(offset)
         return LibCurl.Code.seekOK
     }

@@ -111,8 +111,9 @@ final class CurlTransfer: @unchecked Sendable {
             set(Code.forbidReuse, 1)
         }
         set(Code.url, text: url.absoluteString)
-        set(Code.protocolsText, text: "http,https")
-        set(Code.redirectProtocolsText, text: "http,https")
+        // The bit masks (deprecated in 7.85, which added the text forms) work on every libcurl this loads.
+        set(Code.protocols, Code.httpAndHTTPS)
+        set(Code.redirectProtocols, Code.httpAndHTTPS)
         set(Code.followLocation, 0)
         set(Code.acceptEncoding, text: "")
         set(Code.writeFunction, pointer: unsafeBitCast(curlWrite, to: UnsafeRawPointer.self))

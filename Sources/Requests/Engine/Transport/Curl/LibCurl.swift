@@ -131,8 +131,9 @@ struct LibCurl: @unchecked Sendable {
         static let seekData: Int32 = 10168
         static let headerFunction: Int32 = 20079
         static let postFieldSizeLarge: Int32 = 30120
-        static let protocolsText: Int32 = 10318  // CURLOPT_PROTOCOLS_STR, 7.85
-        static let redirectProtocolsText: Int32 = 10319  // CURLOPT_REDIR_PROTOCOLS_STR, 7.85
+        static let protocols: Int32 = 181  // CURLOPT_PROTOCOLS
+        static let redirectProtocols: Int32 = 182  // CURLOPT_REDIR_PROTOCOLS
+        static let httpAndHTTPS = 1 | 2  // CURLPROTO_HTTP | CURLPROTO_HTTPS
 
         // Information: long (0x200000 + n), double (0x300000 + n), off_t (0x600000 + n).
         static let responseCode: Int32 = 0x20_0002

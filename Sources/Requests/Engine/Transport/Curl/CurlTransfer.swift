@@ -24,6 +24,9 @@ protocol CurlTransferClient: AnyObject {
 final class CurlTransfer: @unchecked Sendable {
     /// The request as sent; set up before the transfer is added to its loop.
     private(set) var request: URLRequest
+    /// The request as the attempt made it, before the session's headers and cookies (``apply(_:)``): what a
+    /// redirect starts from, so that the next URL gets the session's cookies for itself.
+    let original: URLRequest
     /// Whether the request goes on a new connection that no later request reuses.
     let freshConnection: Bool
     private(set) var easy: LibCurl.Handle?
@@ -68,6 +71,7 @@ final class CurlTransfer: @unchecked Sendable {
     /// A transfer of `request`, sending `body`, or the request's own `httpBody` when `nil`.
     init(request: URLRequest, body: Body? = nil, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
         self.request = request
+        original = request
         self.freshConnection = freshConnection
         self.client = client
         self.body = body ?? .data(request.httpBody ?? Data())

@@ -70,7 +70,7 @@ struct Options {
                               [--enqueue-batch 100] [--no-warm-up] [--side outbox|direct]
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
-               requests-bench wait-cpu [--requests 1,100] [--seconds 5]
+               requests-bench wait-cpu [--requests 1,100] [--seconds 5] [--streams]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE
@@ -128,7 +128,8 @@ struct Options {
                              if a POST to nginx failed
           wait-cpu           instead: issue 51's row. --requests GETs (each count in turn) wait --seconds on a loopback
                              server in a child process; prints this process's CPU as a share of one core (goal ≤ 2 %).
-                             REQUESTS_TRANSPORT=curl: on libcurl (Linux)
+                             REQUESTS_TRANSPORT=curl: on libcurl (Linux). --streams: idle streams instead (a byte,
+                             then nothing), CPU and resident memory per stream (goal < 64 KiB)
           --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """

@@ -101,10 +101,11 @@ private func measureIdleStreams(_ count: Int, seconds: Double, server: SoakServe
         ended.enter()
         let first = FirstTime()
         let request = IdleStream(url: server.url("/trickle/2?chunk=1&interval=600000&n=\(index)"), identifier: "idle \(index)")
-        operations.append(queue.addRequest(request, session: session, receive: { _ in if first.take() { firstBytes.leave() } }) { _ in
-            if first.take() { firstBytes.leave() }
-            ended.leave()
-        })
+        operations.append(
+            queue.addRequest(request, session: session, receive: { _ in if first.take() { firstBytes.leave() } }) { _ in
+                if first.take() { firstBytes.leave() }
+                ended.leave()
+            })
     }
     firstBytes.wait()
     let resident = (ResourceUsage.residentBytes() ?? 0) - before
@@ -124,7 +125,11 @@ private func measureIdleStreams(_ count: Int, seconds: Double, server: SoakServe
 private final class FirstTime: @unchecked Sendable {
     private let lock = NSLock()
     private var taken = false
-    func take() -> Bool { lock.withLock { defer { taken = true }; return !taken } }
+    func take() -> Bool {
+        lock.withLock {
+            defer { taken = true }; return !taken
+        }
+    }
 }
 
 /// Adds every request at once and waits for all; returns how many failed.

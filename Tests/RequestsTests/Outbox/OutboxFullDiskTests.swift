@@ -53,8 +53,9 @@ final class OutboxFullDiskTests: XCTestCase {
         XCTAssertEqual(failures, 20)
         XCTAssertGreaterThan(acknowledged.count, 30, "entries go on into the zeros written ahead, up to the reserve")
         // Entries can still leave a full disk: drops write into the zeros the journal kept for them (200 removals,
-        // 5,600 bytes, are more than a step or a page has left after its last entry).
-        XCTAssertGreaterThan(acknowledged.count, 400)
+        // 5,600 bytes, are more than a step or a page has left after its last entry). Records with the frozen request
+        // (record format 2, about twice format 1's for this note) fill the zeros ahead after about 330 entries.
+        XCTAssertGreaterThan(acknowledged.count, 300)
         let dropped = try XCTUnwrap(outbox).pendingEntries.prefix(200)
         for entry in dropped { try XCTUnwrap(outbox).drop(entry.id) }
         outbox = nil

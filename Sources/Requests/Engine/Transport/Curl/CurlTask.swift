@@ -125,7 +125,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             let body = redirectBody
             redirectBody = Data()
             // The ruling may run user code (a policy, the monitors): never on the loop's thread.
-            DispatchQueue.global().async { self.rule(response, to: location, from: transfer.original, body: body) }
+            DispatchQueue.global().async { self.rule(response, to: location, from: transfer.request, body: body) }
             return
         }
         sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection)

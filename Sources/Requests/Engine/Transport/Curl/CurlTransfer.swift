@@ -22,11 +22,12 @@ protocol CurlTransferClient: AnyObject {
 /// libcurl sends it again on a new connection, so a re-send carries the whole body), and its response head parsed
 /// from the header lines. Only its ``CurlLoop``'s thread touches it once added.
 final class CurlTransfer: @unchecked Sendable {
-    /// The request as sent; set up before the transfer is added to its loop.
-    private(set) var request: URLRequest
     /// The request as the attempt made it, before the session's headers and cookies (``apply(_:)``): what a
     /// redirect starts from, so that the next URL gets the session's cookies for itself.
-    let original: URLRequest
+    let request: URLRequest
+    /// The header fields sent: the request's, then the session's (``apply(_:)``). Kept apart from `request`, whose
+    /// setters copy the whole request each time on Linux.
+    private var fields: [String: String]
     /// Whether the request goes on a new connection that no later request reuses.
     let freshConnection: Bool
     private(set) var easy: LibCurl.Handle?
@@ -49,7 +50,7 @@ final class CurlTransfer: @unchecked Sendable {
     private var head = ResponseHead()
     /// Seconds without a byte either way after which the transfer fails with `timedOut`, as URLSession's request
     /// timeout; and when the last byte moved (the loop's thread).
-    private(set) var idleTimeout: TimeInterval = 60
+    private(set) var idleTimeout: TimeInterval
     private(set) var lastActivity = DispatchTime.now()
     /// Body bytes handed to libcurl, counted again when it rewinds to send them again.
     private(set) var bytesSent: Int64 = 0
@@ -71,7 +72,8 @@ final class CurlTransfer: @unchecked Sendable {
     /// A transfer of `request`, sending `body`, or the request's own `httpBody` when `nil`.
     init(request: URLRequest, body: Body? = nil, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
         self.request = request
-        original = request
+        fields = request.allHTTPHeaderFields ?? [:]
+        idleTimeout = Self.timeout(request.timeoutInterval)
         self.freshConnection = freshConnection
         self.client = client
         self.body = body ?? .data(request.httpBody ?? Data())
@@ -81,12 +83,26 @@ final class CurlTransfer: @unchecked Sendable {
     /// wins), its cookies (unless the request sets `Cookie` itself) and its request timeout (a request that kept
     /// `URLRequest`'s default of 60 s takes the session's). Before the transfer is added to its loop.
     func apply(_ configuration: URLSessionConfiguration) {
-        for (name, value) in configuration.httpAdditionalHeaders ?? [:] {
-            guard let name = name as? String, request.value(forHTTPHeaderField: name) == nil else { continue }
-            request.setValue(String(describing: value), forHTTPHeaderField: name)
+        if let extra = configuration.httpAdditionalHeaders, !extra.isEmpty {
+            for (name, value) in extra {
+                guard let name = name as? String, field(named: name) == nil else { continue }
+                fields[name] = String(describing: value)
+            }
         }
-        CurlCookies.add(to: &request, from: configuration)
-        if request.timeoutInterval == 60 { request.timeoutInterval = configuration.timeoutIntervalForRequest }
+        if field(named: "Cookie") == nil, let cookie = CurlCookies.header(for: request, from: configuration) {
+            fields["Cookie"] = cookie
+        }
+        if request.timeoutInterval == 60 { idleTimeout = Self.timeout(configuration.timeoutIntervalForRequest) }
+    }
+
+    /// The name under which `fields` holds the field `name` (in any case), if it does.
+    private func field(named name: String) -> String? {
+        fields.keys.first { $0.equalsIgnoringASCIICase(name) }
+    }
+
+    /// A request timeout as the loop applies it: 60 s when `interval` is not a positive, finite number.
+    private static func timeout(_ interval: TimeInterval) -> TimeInterval {
+        interval > 0 && interval.isFinite ? interval : 60
     }
 
     /// Creates and sets up the easy handle, or finishes with an error and returns `nil`. On the loop's thread.
@@ -124,9 +140,8 @@ final class CurlTransfer: @unchecked Sendable {
         set(Code.writeData, pointer: me)
         set(Code.headerFunction, pointer: unsafeBitCast(curlHeader, to: UnsafeRawPointer.self))
         set(Code.headerData, pointer: me)
-        // Seconds without a byte in either direction, as URLSession's request timeout: the loop checks it (libcurl
-        // has whole seconds only, as a minimum speed).
-        idleTimeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
+        // `idleTimeout`: seconds without a byte in either direction, as URLSession's request timeout. The loop checks
+        // it (libcurl has whole seconds only, as a minimum speed).
         lastActivity = .now()
         let method = request.httpMethod?.uppercased() ?? "GET"
         if bodyLength != 0 || method == "POST" {
@@ -145,12 +160,13 @@ final class CurlTransfer: @unchecked Sendable {
         } else {
             set(Code.customRequest, text: method)
         }
-        var fields = request.allHTTPHeaderFields ?? [:]
         // libcurl would wait for a 100 Continue before a large body; URLSession sends it at once.
-        if !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) { fields["Expect"] = "" }
+        let expect = field(named: "Expect")
+        if expect == nil { fields["Expect"] = "" }
         for (name, value) in fields {
             // "Name;" sends a field with an empty value; "Name:" would remove libcurl's own.
-            let line = value.isEmpty && name.caseInsensitiveCompare("Expect") != .orderedSame ? "\(name);" : "\(name): \(value)"
+            let removesOwn = expect == nil ? name == "Expect" : name == expect
+            let line = value.isEmpty && !removesOwn ? "\(name);" : "\(name): \(value)"
             headerList = line.withCString { curl.slistAppend(headerList, $0) }
         }
         if let headerList { set(Code.httpHeader, pointer: UnsafeRawPointer(headerList)) }

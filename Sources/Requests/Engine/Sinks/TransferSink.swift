@@ -146,6 +146,25 @@ class TransferSink: @unchecked Sendable {
 
     func didSend(total: Int64, expected: Int64) {}
     func didReceive(_ data: Data) {}
+
+    /// A piece of the body from a transport that can keep it and pause (libcurl): handed over as by
+    /// ``didReceive(_:)`` and `true`, or `false` when the stream's consumer is behind. The transport then pauses, and
+    /// offers the same piece again after ``resumeTransport()``.
+    func offer(_ data: Data) -> Bool {
+        didReceive(data)
+        return true
+    }
+
+    /// Lets a transport paused by ``offer(_:)`` go on. While it is paused, the speed window waits (the consumer, not
+    /// the network, is slow).
+    final func resumeTransport() {
+        lock.withLock { task }?.resumeReceiving()
+    }
+
+    /// Called when ``offer(_:)`` holds a piece back: the minimum speed is not measured while the consumer is behind.
+    final func holdsBack() {
+        lock.withLock { windowStart = nil }
+    }
     /// Hands over the ``bufferedBody``.
     func didComplete(response: URLResponse?, error: Error?) {
         let body = lock.withLock { () -> Data in

@@ -42,9 +42,12 @@ final class CurlLoop: @unchecked Sendable {
     func add(_ transfer: CurlTransfer) { post(.add(transfer)) }
 
     /// Ends `transfer` with `code` at once (`.cancelled` by default), unless it has already ended.
-    func cancel(_ transfer: CurlTransfer, code: URLError.Code = .cancelled) { post(.cancel(transfer, code)) }
+    func cancel(_ transfer: CurlTransfer, code: URLError.Code = .cancelled) {
+        transfer.requestStop(code)
+        post(.cancel(transfer, code))
+    }
 
-    /// Delivers a paused transfer's body again (see ``CurlTransferClient/curlTransferCanTakeData(_:)``).
+    /// Delivers a paused transfer's body again (see ``CurlTransferClient/curlTransfer(_:didReceive:)``).
     func resume(_ transfer: CurlTransfer) { post(.resume(transfer)) }
 
     /// Ends every transfer (cancelled), stops the thread and frees the multi handle; waits for the thread.
@@ -104,7 +107,8 @@ final class CurlLoop: @unchecked Sendable {
             guard let easy = transfer.easy, running[easy] === transfer else { return }
             remove(transfer, ending: code)
         case let .resume(transfer):
-            guard let easy = transfer.easy, running[easy] === transfer else { return }
+            guard let easy = transfer.easy, running[easy] === transfer, transfer.isPaused else { return }
+            transfer.willResume()
             _ = curl.easyPause(easy, LibCurl.Code.pauseNone)
         }
     }
@@ -114,7 +118,7 @@ final class CurlLoop: @unchecked Sendable {
     private func endIdleTransfers() -> Int32 {
         let now = DispatchTime.now()
         var next = now + 60
-        for transfer in running.values {
+        for transfer in running.values where !transfer.isPaused {
             let deadline = transfer.idleDeadline
             if deadline <= now {
                 remove(transfer, ending: .timedOut)

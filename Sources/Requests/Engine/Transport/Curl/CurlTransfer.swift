@@ -10,10 +10,9 @@ protocol CurlTransferClient: AnyObject {
     /// `total` body bytes have been handed to libcurl, of `expected` (-1 when unknown).
     func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64)
     func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse)
-    /// Whether the client takes more of the body now. When it does not, the transfer pauses (libcurl keeps the piece
-    /// and stops reading the socket) until ``CurlLoop/resume(_:)``.
-    func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool
-    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data)
+    /// A piece of the body; `false` when the client does not take it now. The transfer then pauses (libcurl keeps the
+    /// piece and stops reading the socket) and offers the same piece again after ``CurlLoop/resume(_:)``.
+    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) -> Bool
     /// `nil` when the response arrived whole.
     func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?)
 }
@@ -52,6 +51,9 @@ final class CurlTransfer: @unchecked Sendable {
     /// timeout; and when the last byte moved (the loop's thread).
     private(set) var idleTimeout: TimeInterval
     private(set) var lastActivity = DispatchTime.now()
+    /// Whether the client held a piece back and the transfer waits for ``CurlLoop/resume(_:)``: no timeout runs
+    /// meanwhile, as the wait is the client's, not the server's (the loop's thread).
+    private(set) var isPaused = false
     /// Body bytes handed to libcurl, counted again when it rewinds to send them again.
     private(set) var bytesSent: Int64 = 0
     /// Whether the transfer rode a kept-alive connection, once it has ended (`nil` when libcurl did not say).
@@ -68,6 +70,9 @@ final class CurlTransfer: @unchecked Sendable {
     private(set) var setsCookie = false
     private let finishedLock = NSLock()
     private var finished = false
+    /// How a stop asked from another thread ends the transfer (under `finishedLock`): the callbacks see it at once
+    /// and abort, before the loop's turn removes the handle, so that a stream stops reading within one piece.
+    private var stopCode: URLError.Code?
 
     /// A transfer of `request`, sending `body`, or the request's own `httpBody` when `nil`.
     init(request: URLRequest, body: Body? = nil, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
@@ -177,9 +182,20 @@ final class CurlTransfer: @unchecked Sendable {
         return easy
     }
 
+    /// Asks the transfer to end with `code`: its callbacks abort from now on (any thread; the loop then removes it).
+    func requestStop(_ code: URLError.Code) {
+        finishedLock.withLock { stopCode = stopCode ?? code }
+    }
+
+    /// Whether a stop was asked (``requestStop(_:)``): a callback then aborts the transfer.
+    private var isStopping: Bool {
+        finishedLock.withLock { stopCode != nil }
+    }
+
     /// Ends the transfer with libcurl's `result` (0: the response arrived whole).
     func finish(result: Int32, curl: LibCurl) {
         guard result != LibCurl.Result.ok.rawValue else { return end(nil, curl: curl) }
+        if let stopCode = finishedLock.withLock({ stopCode }) { return finish(stopCode, curl: curl) }
         let code = Self.errorCode(for: result)
         end(urlError(code, text: curl.describe(result)), curl: curl)
     }
@@ -242,14 +258,23 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Callbacks, on the loop's thread
 
+    /// The transfer is about to be resumed: its idle timeout starts again.
+    func willResume() {
+        isPaused = false
+        lastActivity = .now()
+    }
+
     /// When the transfer times out unless a byte moves before.
     var idleDeadline: DispatchTime { lastActivity + idleTimeout }
 
     fileprivate func receivedBody(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
         guard let client, count > 0, let bytes else { return count }
+        guard !isStopping else { return 0 }
         lastActivity = .now()
-        guard client.curlTransferCanTakeData(self) else { return LibCurl.Code.writePause }
-        client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count))
+        guard client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count)) else {
+            isPaused = true
+            return LibCurl.Code.writePause
+        }
         return count
     }
 
@@ -267,6 +292,7 @@ final class CurlTransfer: @unchecked Sendable {
 
     fileprivate func readBody(into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int {
         guard let buffer, capacity > 0 else { return 0 }
+        guard !isStopping else { return LibCurl.Code.readAbort }
         let count: Int
         switch body {
         case let .data(data):

@@ -124,7 +124,10 @@ class TransferSink: @unchecked Sendable {
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
     /// whether the connection was reused. Called before the subclass's callback.
-    final func measure(sentTotal: Int64? = nil, received: Int? = nil, arrived response: URLResponse? = nil, reusedConnection: Bool? = nil) {
+    final func measure(
+        sentTotal: Int64? = nil, received: Int? = nil, arrived response: URLResponse? = nil, reusedConnection: Bool? = nil,
+        connection phases: TransferMetrics.ConnectionPhases? = nil
+    ) {
         lock.withLock {
             if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
             if let received { metrics.bytesReceived += Int64(received) }
@@ -133,6 +136,10 @@ class TransferSink: @unchecked Sendable {
                 if metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
             }
             if let reusedConnection { metrics.isReusedConnection = reusedConnection }
+            if let phases {
+                (metrics.domainLookupDuration, metrics.connectDuration) = (phases.domainLookup, phases.connect)
+                metrics.secureConnectionDuration = phases.secureConnection
+            }
         }
     }
 

@@ -137,7 +137,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             DispatchQueue.global().async { self.rule(response, to: location, from: transfer.request, body: body) }
             return
         }
-        sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection)
+        sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection, connection: transfer.connectionPhases)
         let reported = sink.reported(error)
         if !sink.resendsAfterLostConnection(reported) {
             sink.didComplete(response: transfer.response, error: reported)

@@ -58,6 +58,8 @@ final class CurlTransfer: @unchecked Sendable {
     private(set) var bytesSent: Int64 = 0
     /// Whether the transfer rode a kept-alive connection, once it has ended (`nil` when libcurl did not say).
     private(set) var reusedConnection: Bool?
+    /// How the transfer's own connection was opened, once it has ended; `nil` when it reused one or made none.
+    private(set) var connectionPhases: TransferMetrics.ConnectionPhases?
     /// The request body's length: -1 when unknown, 0 for none.
     var bodyLength: Int64 {
         switch body {
@@ -214,6 +216,7 @@ final class CurlTransfer: @unchecked Sendable {
         if let easy {
             var connections = 0
             if curl.easyGetInfo(easy, LibCurl.Code.connectionsMade, &connections) == 0 { reusedConnection = connections == 0 }
+            if connections > 0 { connectionPhases = Self.phases(of: easy, curl: curl) }
             curl.easyCleanup(easy)
         }
         easy = nil
@@ -224,6 +227,22 @@ final class CurlTransfer: @unchecked Sendable {
         let client = self.client
         self.client = nil
         client?.curlTransfer(self, didCompleteWith: error)
+    }
+
+    /// libcurl's timings of the connection `easy` opened, as ``TransferMetrics`` reports them; `nil` when it did not
+    /// connect.
+    private static func phases(of easy: LibCurl.Handle, curl: LibCurl) -> TransferMetrics.ConnectionPhases? {
+        func microseconds(_ info: Int32) -> Int64 {
+            var value: Int64 = 0
+            return curl.easyGetInfo(easy, info, &value) == 0 ? value : 0
+        }
+        let (lookup, connect, tls) = (
+            microseconds(LibCurl.Code.nameLookupTime), microseconds(LibCurl.Code.connectTime), microseconds(LibCurl.Code.appConnectTime)
+        )
+        guard connect > 0 else { return nil }
+        return TransferMetrics.ConnectionPhases(
+            domainLookup: Double(lookup) / 1e6, connect: Double(max(connect - lookup, 0)) / 1e6,
+            secureConnection: tls > connect ? Double(tls - connect) / 1e6 : nil)
     }
 
     private func urlError(_ code: URLError.Code, text: String?) -> URLError {

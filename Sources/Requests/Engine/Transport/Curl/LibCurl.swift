@@ -138,6 +138,10 @@ struct LibCurl: @unchecked Sendable {
         // Information: long (0x200000 + n), double (0x300000 + n), off_t (0x600000 + n).
         static let responseCode: Int32 = 0x20_0002
         static let connectionsMade: Int32 = 0x20_001A  // CURLINFO_NUM_CONNECTS: 0 when a kept-alive one was reused
+        // Microseconds from the transfer's start to the end of each phase (curl_off_t; since 7.61).
+        static let nameLookupTime: Int32 = 0x60_0033  // CURLINFO_NAMELOOKUP_TIME_T
+        static let connectTime: Int32 = 0x60_0034  // CURLINFO_CONNECT_TIME_T
+        static let appConnectTime: Int32 = 0x60_0038  // CURLINFO_APPCONNECT_TIME_T: the TLS handshake's end, 0 without
 
         static let maximumHostConnections: Int32 = 7  // CURLMOPT_MAX_HOST_CONNECTIONS
         static let messageDone: Int32 = 1  // CURLMSG_DONE

@@ -31,9 +31,16 @@ public final class Stubs: @unchecked Sendable {
     private var entries: [Entry] = []
     private var nextEntryID = 0
     private var recorded: [RecordedRequest] = []
+    /// Answers a request no stub matched (a HAR replay); a failure it returns leaves the request unmatched.
+    private let fallback: (@Sendable (URLRequest) -> StubResponse)?
 
     /// Creates an empty set of stubs. Every request fails with ``StubError`` until a stub matches it.
-    public init() {
+    public convenience init() {
+        self.init(fallback: nil)
+    }
+
+    init(fallback: (@Sendable (URLRequest) -> StubResponse)?) {
+        self.fallback = fallback
         (protocolClass, key) = StubProtocolClasses.make(number: StubsRegistry.shared.nextNumber())
         StubsRegistry.shared.add(self)
     }
@@ -122,12 +129,15 @@ public final class Stubs: @unchecked Sendable {
         // Run the predicates outside the lock, so that one may call back into this object.
         let candidates = withLock { entries }
         let match = candidates.last { $0.matches(request) }
+        let answer = match == nil ? fallback?(request) : nil
         let headers = request.allHTTPHeaderFields ?? [:]
         let body = request.httpBody
 
         return withLock {
             let index = match.flatMap { match in entries.firstIndex { $0.id == match.id } }
-            recorded.append(RecordedRequest(method: method, url: url, headers: headers, body: body, wasMatched: index != nil))
+            let wasMatched = index != nil || (answer != nil && answer?.error == nil)
+            recorded.append(RecordedRequest(method: method, url: url, headers: headers, body: body, wasMatched: wasMatched))
+            if index == nil, let answer { return answer }
             guard let index else {
                 let known = entries.isEmpty ? "no stubs" : "stubs: " + entries.map(\.description).joined(separator: ", ")
                 return .failure(StubError(message: "No stub matched \(method) \(url.absoluteString) (\(known))."))

@@ -8,6 +8,8 @@ enum MonitorEvent {
     case willSend(RequestAttempt)
     case didCreateTask(RequestAttempt, URLSessionTask)
     case didReceive(RequestAttempt, HTTPURLResponse, bodyBytes: Int, duration: TimeInterval)
+    /// For the recording monitors only (see `ExchangeRecording`).
+    case didExchange(RecordedExchange)
     case didFail(RequestAttempt, Error, duration: TimeInterval)
     case willAttemptAgain(RequestAttempt, ReattemptReason, delay: TimeInterval)
     case willRedirect(RequestAttempt, HTTPURLResponse, to: URLRequest)
@@ -29,6 +31,8 @@ enum MonitorEvent {
             monitor.requestDidCreateTask(attempt, task: task)
         case let .didReceive(attempt, response, bodyBytes, duration):
             monitor.requestDidReceive(attempt, response: response, bodyBytes: bodyBytes, duration: duration)
+        case let .didExchange(exchange):
+            (monitor as? any ExchangeRecording)?.requestDidExchange(exchange)
         case let .didFail(attempt, error, duration):
             monitor.requestDidFail(attempt, error: error, duration: duration)
         case let .willAttemptAgain(attempt, reason, delay):

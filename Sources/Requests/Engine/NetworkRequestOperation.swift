@@ -287,6 +287,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         if let httpResponse {
             withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
             emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
+            emitExchange(ending.attempt, response: httpResponse, body: body, duration: ending.duration)
         }
         let failure = interpret(
             body, response: response, error: error, sent: ending.attempt.urlRequest, request: held.value, rule: ending.rule,

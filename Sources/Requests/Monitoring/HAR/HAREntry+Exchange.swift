@@ -1,0 +1,100 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+
+extension HAREntry {
+    /// The entry of `exchange`, with what `redaction` hides replaced by its placeholder.
+    init(_ exchange: RecordedExchange, redaction: Redaction) {
+        let sent = exchange.attempt.urlRequest
+        let url = sent.url.map(redaction.string(for:)) ?? ""
+        let request = HARRequest(
+            method: sent.httpMethod ?? "GET", url: url,
+            headers: Self.headers(sent.allHTTPHeaderFields ?? [:], redaction: redaction),
+            queryString: HARQuery.items(of: url).map { HARHeader(name: $0.name, value: $0.value) },
+            postData: exchange.requestBody.map {
+                let (text, encoding, comment) = Self.text(of: $0, mimeType: sent.value(forHTTPHeaderField: "Content-Type"), redaction: redaction)
+                return HARPostData(mimeType: sent.value(forHTTPHeaderField: "Content-Type") ?? "", text: text ?? "", encoding: encoding, comment: comment)
+            },
+            bodySize: exchange.requestBody?.size ?? 0)
+        let response = exchange.response
+        let responseHeaders = Dictionary(
+            response.allHeaderFields.map { ("\($0.key)", "\($0.value)") }, uniquingKeysWith: { first, _ in first })
+        let mimeType = response.value(forHTTPHeaderField: "Content-Type") ?? ""
+        let (text, encoding, comment) = Self.text(of: exchange.responseBody, mimeType: mimeType, redaction: redaction)
+        let harResponse = HARResponse(
+            status: response.statusCode, statusText: HTTPURLResponse.localizedString(forStatusCode: response.statusCode),
+            headers: Self.headers(responseHeaders, redaction: redaction),
+            content: HARContent(size: exchange.responseBody.size, mimeType: mimeType, text: text, encoding: encoding, comment: comment),
+            redirectURL: response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0) }.map(redaction.string(for:)) ?? "",
+            bodySize: exchange.responseBody.size)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        var finalURL: String?
+        if let answered = response.url, answered != sent.url { finalURL = redaction.string(for: answered) }
+        self.init(
+            startedDateTime: formatter.string(from: exchange.startedDate), request: request, response: harResponse,
+            timings: HARTimings(duration: exchange.duration, metrics: exchange.metrics),
+            comment: finalURL.map { "answered by \($0) after redirects" })
+    }
+
+    /// `headers` sorted by name, with hidden values replaced.
+    private static func headers(_ headers: [String: String], redaction: Redaction) -> [HARHeader] {
+        headers.sorted { $0.key.lowercased() < $1.key.lowercased() }.map { HARHeader(name: $0.key, value: redaction.value($0.value, ofHeader: $0.key)) }
+    }
+
+    /// How `body` is written: UTF-8 text for a textual type (JSON with its hidden fields replaced), Base64 otherwise;
+    /// and a comment when it is not whole.
+    static func text(of body: CapturedBody, mimeType: String?, redaction: Redaction) -> (text: String?, encoding: String?, comment: String?) {
+        if let omission = body.omission { return (nil, nil, omission) }
+        guard !body.bytes.isEmpty else { return ("", nil, nil) }
+        let type = (mimeType ?? "").lowercased()
+        let truncation = body.isTruncated ? "truncated: \(body.bytes.count) of \(body.size) bytes kept" : nil
+        if type.contains("json") {
+            guard !body.isTruncated || redaction.jsonFields.isEmpty else {
+                // A JSON body cut short cannot be parsed, so its hidden fields could not be found: not kept.
+                return (nil, nil, "a truncated JSON body is not kept when JSON fields are redacted (\(body.size) bytes)")
+            }
+            if let text = String(data: redaction.json(body.bytes), encoding: .utf8) { return (text, nil, truncation) }
+        } else if isTextual(type), let text = String(data: body.bytes, encoding: .utf8) {
+            return (text, nil, truncation)
+        }
+        return (body.bytes.base64EncodedString(), "base64", truncation)
+    }
+
+    private static func isTextual(_ type: String) -> Bool {
+        type.hasPrefix("text/") || ["xml", "javascript", "x-www-form-urlencoded", "event-stream"].contains { type.contains($0) }
+    }
+}
+
+extension HARTimings {
+    /// The phases of an attempt that took `duration` seconds: the wait up to the first byte and the receive after it
+    /// (all of it a wait when the first byte's time is unknown), and the connection's phases when it opened one.
+    init(duration: TimeInterval, metrics: TransferMetrics?) {
+        self.init()
+        func milliseconds(_ seconds: TimeInterval?) -> Double { seconds.map { ($0 * 1_000_000).rounded() / 1000 } ?? -1 }
+        let total = max(duration, 0)
+        let firstByte = min(metrics?.timeToFirstByte ?? total, total)
+        (wait, receive) = (milliseconds(firstByte), milliseconds(total - firstByte))
+        dns = milliseconds(metrics?.domainLookupDuration)
+        ssl = milliseconds(metrics?.secureConnectionDuration)
+        if let connectDuration = metrics?.connectDuration {
+            connect = milliseconds(connectDuration + (metrics?.secureConnectionDuration ?? 0))
+        }
+    }
+}
+
+/// The query items of a URL as HAR writes them: split on `&` and `=` and percent-decoded, without parsing the URL
+/// (a redacted value, `<redacted>`, is not valid in a URL).
+package enum HARQuery {
+    package static func items(of url: String) -> [(name: String, value: String)] {
+        let withoutFragment = url.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let parts = withoutFragment.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return [] }
+        return parts[1].split(separator: "&").map { item in
+            let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map { String($0) }
+            func decoded(_ text: String) -> String { (text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding) ?? text }
+            return (decoded(pair[0]), pair.count > 1 ? decoded(pair[1]) : "")
+        }
+    }
+}

@@ -1,0 +1,217 @@
+import Foundation
+
+/// An HTTP Archive (HAR 1.2) file, as ``HARRecorder`` writes it and the replay of `RequestsTesting` reads it: only the
+/// fields they use. Reading is lenient, as files exported by browsers and proxies need: every field the library does
+/// not need may be missing, and unknown fields are ignored. Writing puts every field HAR 1.2 requires.
+package struct HARFile: Codable, Sendable {
+    package var log: HARLog
+
+    package init(log: HARLog) {
+        self.log = log
+    }
+}
+
+package struct HARLog: Codable, Sendable {
+    package var version = "1.2"
+    package var creator = HARCreator(name: "Requests", version: "0.1.0")
+    package var entries: [HAREntry]
+
+    package init(entries: [HAREntry]) {
+        self.entries = entries
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decodeIfPresent(String.self, forKey: .version) ?? "1.2"
+        creator = try container.decodeIfPresent(HARCreator.self, forKey: .creator) ?? HARCreator(name: "", version: "")
+        entries = try container.decodeIfPresent([HAREntry].self, forKey: .entries) ?? []
+    }
+}
+
+package struct HARCreator: Codable, Sendable {
+    package var name: String
+    package var version: String
+
+    package init(name: String, version: String) {
+        (self.name, self.version) = (name, version)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decodeIfPresent(String.self, forKey: .name) ?? ""
+        version = try container.decodeIfPresent(String.self, forKey: .version) ?? ""
+    }
+}
+
+package struct HAREntry: Codable, Sendable {
+    /// ISO 8601, with milliseconds.
+    package var startedDateTime: String
+    /// Milliseconds: the sum of the non-negative ``timings``.
+    package var time: Double
+    package var request: HARRequest
+    package var response: HARResponse
+    package var cache = HAREmpty()
+    package var timings: HARTimings
+    package var comment: String?
+
+    package init(startedDateTime: String, request: HARRequest, response: HARResponse, timings: HARTimings, comment: String?) {
+        (self.startedDateTime, self.request, self.response, self.timings, self.comment) = (startedDateTime, request, response, timings, comment)
+        time = timings.total
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        request = try container.decode(HARRequest.self, forKey: .request)
+        response = try container.decode(HARResponse.self, forKey: .response)
+        startedDateTime = try container.decodeIfPresent(String.self, forKey: .startedDateTime) ?? ""
+        timings = try container.decodeIfPresent(HARTimings.self, forKey: .timings) ?? HARTimings()
+        time = try container.decodeIfPresent(Double.self, forKey: .time) ?? timings.total
+        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+    }
+}
+
+/// `{}`: HAR's `cache` object, which the library neither writes nor reads.
+package struct HAREmpty: Codable, Sendable {
+    package init() {}
+    package init(from decoder: Decoder) throws {}
+}
+
+package struct HARHeader: Codable, Sendable, Equatable {
+    package var name: String
+    package var value: String
+
+    package init(name: String, value: String) {
+        (self.name, self.value) = (name, value)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decodeIfPresent(String.self, forKey: .name) ?? ""
+        value = try container.decodeIfPresent(String.self, forKey: .value) ?? ""
+    }
+}
+
+package struct HARRequest: Codable, Sendable {
+    package var method: String
+    package var url: String
+    package var httpVersion = "HTTP/1.1"
+    package var cookies: [HAREmpty] = []
+    package var headers: [HARHeader]
+    package var queryString: [HARHeader]
+    package var postData: HARPostData?
+    package var headersSize = -1
+    package var bodySize: Int
+
+    package init(method: String, url: String, headers: [HARHeader], queryString: [HARHeader], postData: HARPostData?, bodySize: Int) {
+        (self.method, self.url, self.headers, self.queryString, self.postData, self.bodySize) = (method, url, headers, queryString, postData, bodySize)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        method = try container.decodeIfPresent(String.self, forKey: .method) ?? "GET"
+        url = try container.decode(String.self, forKey: .url)
+        httpVersion = try container.decodeIfPresent(String.self, forKey: .httpVersion) ?? "HTTP/1.1"
+        headers = try container.decodeIfPresent([HARHeader].self, forKey: .headers) ?? []
+        queryString = try container.decodeIfPresent([HARHeader].self, forKey: .queryString) ?? []
+        postData = try container.decodeIfPresent(HARPostData.self, forKey: .postData)
+        bodySize = try container.decodeIfPresent(Int.self, forKey: .bodySize) ?? -1
+    }
+}
+
+package struct HARPostData: Codable, Sendable {
+    package var mimeType: String
+    package var text: String
+    /// Not in HAR 1.2 for a request, but written by some tools (and by ``HARRecorder`` for a binary body).
+    package var encoding: String?
+    package var params: [HARHeader] = []
+    package var comment: String?
+
+    package init(mimeType: String, text: String, encoding: String?, comment: String?) {
+        (self.mimeType, self.text, self.encoding, self.comment) = (mimeType, text, encoding, comment)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        mimeType = try container.decodeIfPresent(String.self, forKey: .mimeType) ?? ""
+        text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
+        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
+        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+    }
+}
+
+package struct HARResponse: Codable, Sendable {
+    package var status: Int
+    package var statusText: String
+    package var httpVersion = "HTTP/1.1"
+    package var cookies: [HAREmpty] = []
+    package var headers: [HARHeader]
+    package var content: HARContent
+    package var redirectURL: String
+    package var headersSize = -1
+    package var bodySize: Int
+
+    package init(status: Int, statusText: String, headers: [HARHeader], content: HARContent, redirectURL: String, bodySize: Int) {
+        (self.status, self.statusText, self.headers, self.content, self.redirectURL, self.bodySize) = (status, statusText, headers, content, redirectURL, bodySize)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        status = try container.decode(Int.self, forKey: .status)
+        statusText = try container.decodeIfPresent(String.self, forKey: .statusText) ?? ""
+        httpVersion = try container.decodeIfPresent(String.self, forKey: .httpVersion) ?? "HTTP/1.1"
+        headers = try container.decodeIfPresent([HARHeader].self, forKey: .headers) ?? []
+        content = try container.decodeIfPresent(HARContent.self, forKey: .content) ?? HARContent(size: 0, mimeType: "", text: nil, encoding: nil, comment: nil)
+        redirectURL = try container.decodeIfPresent(String.self, forKey: .redirectURL) ?? ""
+        bodySize = try container.decodeIfPresent(Int.self, forKey: .bodySize) ?? -1
+    }
+}
+
+package struct HARContent: Codable, Sendable {
+    package var size: Int
+    package var mimeType: String
+    /// The body: text, or Base64 when ``encoding`` is `base64`; missing when it was not kept.
+    package var text: String?
+    package var encoding: String?
+    package var comment: String?
+
+    package init(size: Int, mimeType: String, text: String?, encoding: String?, comment: String?) {
+        (self.size, self.mimeType, self.text, self.encoding, self.comment) = (size, mimeType, text, encoding, comment)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        size = try container.decodeIfPresent(Int.self, forKey: .size) ?? -1
+        mimeType = try container.decodeIfPresent(String.self, forKey: .mimeType) ?? ""
+        text = try container.decodeIfPresent(String.self, forKey: .text)
+        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
+        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+    }
+}
+
+/// Milliseconds; `-1` where a phase does not apply or is unknown (never for `send`, `wait` and `receive`).
+package struct HARTimings: Codable, Sendable {
+    package var blocked: Double = -1
+    package var dns: Double = -1
+    package var connect: Double = -1
+    package var ssl: Double = -1
+    package var send: Double = 0
+    package var wait: Double = 0
+    package var receive: Double = 0
+
+    package init() {}
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        for (key, path) in [(CodingKeys.blocked, \Self.blocked), (.dns, \.dns), (.connect, \.connect), (.ssl, \.ssl)] {
+            self[keyPath: path] = try container.decodeIfPresent(Double.self, forKey: key) ?? -1
+        }
+        for (key, path) in [(CodingKeys.send, \Self.send), (.wait, \.wait), (.receive, \.receive)] {
+            self[keyPath: path] = try container.decodeIfPresent(Double.self, forKey: key) ?? 0
+        }
+    }
+
+    /// The sum of the phases that apply; `ssl` is part of `connect`, as HAR 1.2 says.
+    var total: Double {
+        [blocked, dns, connect, send, wait, receive].filter { $0 > 0 }.reduce(0, +)
+    }
+}

@@ -1,0 +1,96 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A monitor that keeps every exchange of its queue as an entry of an HTTP Archive (HAR 1.2), the format browsers'
+/// developer tools, Proxyman and Charles import, and that `RequestsTesting` replays.
+///
+/// ```swift
+/// let recorder = HARRecorder(redaction: Redaction(queryItems: ["api_key"], jsonFields: ["password"]))
+/// queue.requestPolicies.monitors.append(recorder)
+/// // … run requests …
+/// try recorder.write(to: harFile)
+/// ```
+///
+/// Each attempt that got a response is one entry, in the order the responses arrived: the request as sent (its
+/// method, URL, headers and body) and the response (status, headers, body), with its timings. Bodies are kept as
+/// UTF-8 text when their type is textual, in Base64 otherwise, and at most ``maximumBodyBytes`` of each. What
+/// ``redaction`` names is replaced by ``Redaction/placeholder``: by default the credential headers
+/// (``Redaction/credentialHeaders``). Not recorded: attempts that got no response (a transport error), the bodies
+/// of streams, of multipart forms and of body streams (the entry says so in its `comment`), and the intermediate
+/// responses of redirects URLSession followed (the entry has the final response, and a comment naming its URL).
+///
+/// With ``maximumEntries`` set, only the newest entries are kept: an app can keep one attached and write its last
+/// exchanges for a bug report. Thread-safe.
+public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
+    /// The default of ``maximumBodyBytes``: 1 MiB.
+    public static let defaultMaximumBodyBytes = 1 << 20
+
+    /// What is hidden in the entries.
+    public let redaction: Redaction
+    /// The most bytes of each request and response body kept in an entry; a longer body is cut there, and its entry
+    /// says so in its `comment`. A JSON body cut short is not kept at all when ``Redaction/jsonFields`` names fields.
+    public let maximumBodyBytes: Int
+    /// When set, how many of the newest entries are kept; older ones are dropped.
+    public let maximumEntries: Int?
+
+    private let lock = NSLock()
+    private var entries: [HAREntry] = []
+
+    /// A recorder hiding what `redaction` names, keeping at most `maximumBodyBytes` of each body, and the newest
+    /// `maximumEntries` entries when given.
+    public init(redaction: Redaction = Redaction(), maximumBodyBytes: Int = HARRecorder.defaultMaximumBodyBytes, maximumEntries: Int? = nil) {
+        self.redaction = redaction
+        self.maximumBodyBytes = max(maximumBodyBytes, 0)
+        self.maximumEntries = maximumEntries.map { max($0, 0) }
+    }
+
+    /// How many entries are kept now.
+    public var entryCount: Int {
+        lock.withLock { entries.count }
+    }
+
+    /// Forgets every entry.
+    public func removeAll() {
+        lock.withLock { entries.removeAll() }
+    }
+
+    /// The HAR file of the entries kept now, as JSON.
+    public func harData() throws -> Data {
+        let file = HARFile(log: HARLog(entries: lock.withLock { entries }))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(file)
+    }
+
+    /// Writes ``harData()`` to `url` atomically, readable by this user only (mode `0600`): into a new file beside it,
+    /// then renamed over it.
+    public func write(to url: URL) throws {
+        let data = try harData()
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).tmp")
+        try PrivateFolder.write(data, to: temporary)
+        guard rename(temporary.path, url.path) == 0 else {
+            let code = errno
+            PrivateFolder.removeFile(at: temporary)
+            throw PrivateFolder.Refusal.failed(call: "rename", path: url.path, errno: code)
+        }
+    }
+}
+
+extension HARRecorder: ExchangeRecording {
+    func requestDidExchange(_ exchange: RecordedExchange) {
+        let entry = HAREntry(exchange, redaction: redaction)
+        lock.withLock {
+            entries.append(entry)
+            if let maximumEntries, entries.count > maximumEntries {
+                entries.removeFirst(entries.count - maximumEntries)
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+/// What a request must share with a recorded entry of a HAR file to get its response. Method and URL always: the
+/// method, the URL before its query, and the query items whatever their order; a recorded value that was redacted
+/// (``Redaction/placeholder``) matches any value.
+public struct HARMatching: Sendable {
+    /// Whether the request's body must equal the recorded one. Off by default. On Linux the body of an upload task
+    /// never reaches the replay, so such a request cannot match with this on.
+    public var body: Bool
+    /// Headers whose values must equal the recorded ones, compared by name without regard to case (a redacted
+    /// recorded value matches any value). Empty by default.
+    public var headers: Set<String>
+
+    /// Matching by method and URL, and by the body and `headers` when asked.
+    public init(body: Bool = false, headers: Set<String> = []) {
+        (self.body, self.headers) = (body, headers)
+    }
+}
+
+/// A recorded entry, ready to answer: its request as a match key, and its response as a stub.
+struct ReplayEntry: Sendable {
+    let index: Int
+    let method: String
+    let base: String
+    let query: [QueryItem]
+    let headers: [String: String]
+    let body: Data?
+    let response: StubResponse
+
+    struct QueryItem: Sendable, Hashable {
+        let name: String
+        let value: String
+    }
+
+    var description: String {
+        let query = self.query.isEmpty ? "" : "?" + self.query.map { "\($0.name)=\($0.value)" }.joined(separator: "&")
+        return "entry \(index): \(method) \(base)\(query) → \(response.status)"
+    }
+
+    /// Headers of a recorded response that would not describe the body as the replay delivers it (decoded, whole).
+    private static let droppedResponseHeaders: Set<String> = ["content-encoding", "content-length", "transfer-encoding"]
+
+    init(index: Int, entry: HAREntry) throws {
+        self.index = index
+        method = entry.request.method.uppercased()
+        (base, query) = Self.key(entry.request.url)
+        headers = Dictionary(entry.request.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        if let postData = entry.request.postData {
+            body = try Self.bytes(postData.text, encoding: postData.encoding, index: index, field: "request.postData.text")
+        } else {
+            body = nil
+        }
+        let content = entry.response.content
+        let responseBody = try content.text.map { try Self.bytes($0, encoding: content.encoding, index: index, field: "response.content.text") } ?? Data()
+        var responseHeaders: [String: String] = [:]
+        for header in entry.response.headers where !Self.droppedResponseHeaders.contains(header.name.lowercased()) {
+            responseHeaders[header.name] = responseHeaders[header.name].map { "\($0), \(header.value)" } ?? header.value
+        }
+        guard (100...599).contains(entry.response.status) else {
+            throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
+        }
+        response = StubResponse(status: entry.response.status, headers: responseHeaders, body: responseBody)
+    }
+
+    private static func bytes(_ text: String, encoding: String?, index: Int, field: String) throws -> Data {
+        guard encoding?.lowercased() == "base64" else { return Data(text.utf8) }
+        guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters) else {
+            throw HARReplayError.unreadableFile(reason: "entry \(index): \(field) is not valid Base64")
+        }
+        return data
+    }
+
+    /// The URL before its query and fragment, and its query items.
+    static func key(_ url: String) -> (base: String, query: [QueryItem]) {
+        let base =
+            url.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first?
+            .split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        return (base, HARQuery.items(of: url).map { QueryItem(name: $0.name, value: $0.value) })
+    }
+
+    /// How close `request` is to this entry: method, base and each query item shared; `nil` when `matching` says it
+    /// does not match.
+    func score(method: String, base: String, query: [QueryItem], request: URLRequest, matching: HARMatching) -> (matches: Bool, score: Int) {
+        var score = (method == self.method ? 4 : 0) + (base == self.base ? 8 : 0)
+        var unmatched = self.query
+        var queryMatches = query.count == unmatched.count
+        for item in query {
+            if let position = unmatched.firstIndex(where: { $0.name == item.name && ($0.value == item.value || $0.value == Redaction.placeholder) }) {
+                unmatched.remove(at: position)
+                score += 1
+            } else {
+                queryMatches = false
+            }
+        }
+        var matches = score >= 12 && queryMatches && unmatched.isEmpty
+        for name in matching.headers {
+            let recorded = headers[name.lowercased()]
+            if recorded != Redaction.placeholder, recorded != request.value(forHTTPHeaderField: name) { matches = false }
+        }
+        if matching.body, (body ?? Data()) != (request.httpBody ?? Data()) { matches = false }
+        return (matches, score)
+    }
+}
+
+/// Why a HAR file cannot be replayed, or a request cannot be answered from it.
+public enum HARReplayError: Error, CustomStringConvertible, LocalizedError {
+    /// The file is missing, while the mode replays only.
+    case missingFile(URL)
+    /// The file is not a HAR file the replay can use, for `reason`.
+    case unreadableFile(reason: String)
+    /// No recorded entry matches the request; `closest` names the entry nearest to it, if any.
+    case noMatch(method: String, url: String, closest: String?)
+
+    /// What went wrong, naming the file, the request or the closest entry.
+    public var description: String {
+        switch self {
+        case let .missingFile(url): return "No HAR file at \(url.path) to replay (the mode replays only)."
+        case let .unreadableFile(reason): return "The HAR file cannot be replayed: \(reason)."
+        case let .noMatch(method, url, closest):
+            return "No recorded entry matches \(method) \(url)" + (closest.map { "; the closest is \($0)." } ?? "; the HAR file has no entries.")
+        }
+    }
+
+    /// The ``description``.
+    public var errorDescription: String? { description }
+}

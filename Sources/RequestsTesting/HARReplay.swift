@@ -1,0 +1,127 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+
+/// Whether a ``HARReplay`` replays its file or records a new one, as in VCR.
+public enum HARRecordMode: Sendable {
+    /// Replays the file, which must exist; a request no entry matches fails with ``HARReplayError/noMatch(method:url:closest:)``.
+    case replayOnly
+    /// Records when the file is missing, and replays it when it exists: record once, then commit the file.
+    case once
+    /// Records every time, replacing the file.
+    case all
+}
+
+/// Answers requests from a HAR file (HTTP Archive 1.2), or records one from real traffic: record once against a
+/// real server, commit the file, and replay it in CI.
+///
+/// ```swift
+/// let replay = try HARReplay(file: fixtureURL, mode: .once)
+/// let queue = OperationQueue()
+/// queue.requestPolicies.monitors = replay.monitors
+/// let user = try await queue.response(for: UserRequest(id: 7), session: replay.session)
+/// try replay.finish()   // writes the file when recording
+/// ```
+///
+/// When replaying, ``session`` is a stubbed session (see ``Stubs``): a request gets the response of the first entry
+/// that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they were
+/// recorded; the last one then repeats. Files exported by browsers and proxies are read too: missing optional
+/// fields, `content.encoding` `base64`, a missing `content.text` (an empty body). When recording, ``session`` is a
+/// real ephemeral session and ``monitors`` holds the ``HARRecorder``.
+///
+/// As with stubs on Linux, downloads cannot be replayed (use the loopback server) and an upload's body cannot be
+/// matched. A redirect is replayed as the response it ended with, for the URL first asked for. Thread-safe.
+public final class HARReplay: @unchecked Sendable {
+    /// Whether this replay records (the file is written by ``finish()``) rather than replays.
+    public let isRecording: Bool
+    /// The file replayed or to be written.
+    public let file: URL
+    /// The session to run requests on: stubbed when replaying, real when recording.
+    public let session: URLSession
+    /// The monitors to add to the queue's policies: the ``recorder`` when recording, none when replaying.
+    public var monitors: [any RequestEventMonitor] { recorder.map { [$0] } ?? [] }
+    /// The recorder, when recording.
+    public let recorder: HARRecorder?
+    /// The stubs that answer ``session`` when replaying: their ``Stubs/requests`` and ``Stubs/unmatchedRequests``
+    /// list what was asked.
+    public let stubs: Stubs?
+
+    /// A replay of `file` in `mode`: matching requests as `matching` says, or recording them with `redaction` and at
+    /// most `maximumBodyBytes` of each body. Throws ``HARReplayError`` for a file that is missing in
+    /// ``HARRecordMode/replayOnly`` mode, or that cannot be read as HAR.
+    public init(
+        file: URL, mode: HARRecordMode = .once, matching: HARMatching = HARMatching(), redaction: Redaction = Redaction(),
+        maximumBodyBytes: Int = HARRecorder.defaultMaximumBodyBytes
+    ) throws {
+        self.file = file
+        let exists = FileManager.default.fileExists(atPath: file.path)
+        switch mode {
+        case .replayOnly where !exists: throw HARReplayError.missingFile(file)
+        case .once where exists, .replayOnly:
+            let answers = ReplayAnswers(entries: try Self.entries(of: file), matching: matching)
+            let stubs = Stubs(fallback: { answers.response(for: $0) })
+            (isRecording, recorder, self.stubs, session) = (false, nil, stubs, stubs.makeSession())
+        case .once, .all:
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.urlCache = nil
+            isRecording = true
+            recorder = HARRecorder(redaction: redaction, maximumBodyBytes: maximumBodyBytes)
+            (stubs, session) = (nil, URLSession(configuration: configuration))
+        }
+    }
+
+    /// Writes the recorded file when recording (see ``HARRecorder/write(to:)``); does nothing when replaying.
+    public func finish() throws {
+        try recorder?.write(to: file)
+    }
+
+    /// The entries of the HAR file `url`, ready to answer.
+    static func entries(of url: URL) throws -> [ReplayEntry] {
+        let data: Data
+        do {
+            data = try Data(contentsOf: url)
+        } catch {
+            throw HARReplayError.unreadableFile(reason: "\(url.path) cannot be read (\(error.localizedDescription))")
+        }
+        let file: HARFile
+        do {
+            file = try JSONDecoder().decode(HARFile.self, from: data)
+        } catch {
+            throw HARReplayError.unreadableFile(reason: "\(url.lastPathComponent) is not HAR JSON (\(error))")
+        }
+        return try file.log.entries.enumerated().map { try ReplayEntry(index: $0.offset, entry: $0.element) }
+    }
+}
+
+/// The entries of a replay and how many times each was used, behind one lock.
+final class ReplayAnswers: @unchecked Sendable {
+    private let entries: [ReplayEntry]
+    private let matching: HARMatching
+    private let lock = NSLock()
+    /// The entries already given, by index.
+    private var used: Set<Int> = []
+
+    init(entries: [ReplayEntry], matching: HARMatching) {
+        (self.entries, self.matching) = (entries, matching)
+    }
+
+    /// The response of the first matching entry not used yet (the last matching one when all were), or a
+    /// ``HARReplayError/noMatch(method:url:closest:)`` naming the closest entry.
+    func response(for request: URLRequest) -> StubResponse {
+        let method = (request.httpMethod ?? "GET").uppercased()
+        let url = request.url?.absoluteString ?? ""
+        let (base, query) = ReplayEntry.key(url)
+        let scored = entries.map { ($0, $0.score(method: method, base: base, query: query, request: request, matching: matching)) }
+        let candidates = scored.filter { $0.1.matches }.map(\.0)
+        return lock.withLock {
+            if let entry = candidates.first(where: { !used.contains($0.index) }) ?? candidates.last {
+                used.insert(entry.index)
+                return entry.response
+            }
+            let closest = scored.max { $0.1.score < $1.1.score }?.0.description
+            return .failure(HARReplayError.noMatch(method: method, url: url, closest: closest))
+        }
+    }
+}

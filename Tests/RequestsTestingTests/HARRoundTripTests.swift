@@ -1,0 +1,132 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+import RequestsTesting
+import XCTest
+
+/// POST `body` to `url` as an upload.
+struct UploadData: UploadRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    let url: URL
+    let body: Data
+    var identifier: String { "upload \(url.absoluteString)" }
+    var uploadBody: UploadBody { .data(body) }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        completion(.success(request))
+    }
+    func processData(_ data: Data) throws -> Data { data }
+}
+
+/// Records real traffic from the loopback server into a HAR file, then replays it with the server stopped.
+final class HARRoundTripTests: XCTestCase {
+    private let token = "Bearer s3cr3t-t0k3n"
+    private let apiKey = "k3y-0f-the-api"
+
+    /// The requests of the round trip: JSON with a token and a secret query item, a 404, a redirect, an upload with
+    /// a secret JSON field, a binary body, and the same URL twice with different answers.
+    private func requests(_ server: URL) -> [any DataRequest] {
+        let url = { (path: String) in server.appendingPathComponent(path) }
+        var user = FetchData(url: URL(string: "\(url("users/7").absoluteString)?api_key=\(apiKey)&fields=name")!)
+        user.headers = ["Authorization": token]
+        return [
+            user, FetchData(url: url("missing")), FetchData(url: url("old")),
+            UploadData(url: url("login"), body: Data(#"{"user":"ada","password":"hunter2"}"#.utf8)),
+            FetchData(url: url("binary")), FetchData(url: url("counter")), FetchData(url: url("counter")),
+        ]
+    }
+
+    /// Each request's outcome, run one after the other on `session` with `monitors`.
+    private func outcomes(_ requests: [any DataRequest], session: URLSession, monitors: [any RequestEventMonitor]) -> [String] {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.requestPolicies.monitors = monitors
+        let outcomes = Recorder<String>()
+        for request in requests {
+            func add<R: DataRequest>(_ request: R) {
+                queue.addRequest(request, session: session) { result in
+                    switch result {
+                    case let .success(value): outcomes.append("ok " + ((value as? Data).map { String(decoding: $0, as: UTF8.self) } ?? "\(value)"))
+                    case let .failure(error): outcomes.append(Self.describe(error))
+                    }
+                }
+            }
+            add(request)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        return outcomes.values
+    }
+
+    private static func describe(_ error: Error) -> String {
+        if case let RequestQueueError.invalidStatusCode(statusCode, _, body) = error {
+            return "status \(statusCode): \(String(decoding: body, as: UTF8.self))"
+        }
+        return "error \(error)"
+    }
+
+    func testWhatIsRecordedFromTheServerIsReplayedWithoutIt() throws {
+        let server = try LoopbackServer()
+        let counter = Recorder<Int>()
+        server.route("/users/7") { .json(#"{"name":"Ada","signedIn":\#($0.headers["authorization"] != nil)}"#) }
+        server.route("/missing") { _ in .json(#"{"error":"not here"}"#, status: 404) }
+        server.route("/old") { _ in LoopbackResponse(status: 302, headers: ["Location": "/users/8"]) }
+        server.route("/users/8") { _ in .json(#"{"name":"Grace"}"#) }
+        server.route("/login") { .json(#"{"received":\#($0.body.count),"token":"t-1"}"#, status: 201) }
+        server.route("/binary") { _ in LoopbackResponse(headers: ["Content-Type": "application/octet-stream"], body: Data([0, 1, 2, 0xFF, 0xFE])) }
+        server.route("/counter") { _ in
+            counter.append(1)
+            return .text("call \(counter.values.count)")
+        }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("round-trip-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let redaction = Redaction(queryItems: ["api_key"], jsonFields: ["password", "token"])
+
+        // Record once against the server.
+        let recording = try HARReplay(file: file, mode: .once, redaction: redaction)
+        XCTAssertTrue(recording.isRecording)
+        let recorded = outcomes(requests(server.baseURL), session: recording.session, monitors: recording.monitors)
+        try recording.finish()
+        server.stop()
+        XCTAssertEqual(recorded.count, 7)
+        XCTAssertEqual(recorded[1], #"status 404: {"error":"not here"}"#)
+        XCTAssertEqual(recorded[0], #"ok {"name":"Ada","signedIn":true}"#)
+        XCTAssertEqual(recorded[2], #"ok {"name":"Grace"}"#)
+        XCTAssertEqual(Array(recorded[5...]), ["ok call 1", "ok call 2"])
+
+        // The file is private, holds every exchange in order, and no secret.
+        let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? NSNumber
+        XCTAssertEqual(mode?.intValue, 0o600)
+        let text = try String(contentsOf: file, encoding: .utf8)
+        for secret in ["s3cr3t", apiKey, "hunter2", "t-1"] {
+            XCTAssertFalse(text.contains(secret), "\(secret) is in the HAR file")
+        }
+        XCTAssertTrue(text.contains(#""value" : "<redacted>""#))
+        let log = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: file)) as? [String: Any])["log"] as? [String: Any]
+        let entries = try XCTUnwrap(log?["entries"] as? [[String: Any]])
+        let paths = entries.compactMap {
+            (($0["request"] as? [String: Any])?["url"] as? String).flatMap { URL(string: $0.replacingOccurrences(of: "<redacted>", with: "x"))?.path }
+        }
+        XCTAssertEqual(paths, ["/users/7", "/missing", "/old", "/login", "/binary", "/counter", "/counter"])
+        let binary = try XCTUnwrap(entries[4]["response"] as? [String: Any])["content"] as? [String: Any]
+        XCTAssertEqual(binary?["encoding"] as? String, "base64")
+        XCTAssertEqual(binary?["text"] as? String, Data([0, 1, 2, 0xFF, 0xFE]).base64EncodedString())
+
+        // Replay with the server stopped: the same outcomes, the counter's answers in their order.
+        let replay = try HARReplay(file: file, mode: .replayOnly)
+        XCTAssertFalse(replay.isRecording)
+        let replayed = outcomes(requests(server.baseURL), session: replay.session, monitors: replay.monitors)
+        XCTAssertEqual(replayed.count, recorded.count)
+        for (index, (was, now)) in zip(recorded, replayed).enumerated() where index != 3 {
+            XCTAssertEqual(now, was, "request \(index)")
+        }
+        // The upload's answer is replayed as recorded: with its secret field redacted.
+        XCTAssertEqual(replayed[3], #"ok {"received":35,"token":"<redacted>"}"#)
+        XCTAssertEqual(replay.stubs?.unmatchedRequests.count, 0)
+    }
+}

@@ -56,7 +56,7 @@ package struct HAREntry: Codable, Sendable {
 
     package init(startedDateTime: String, request: HARRequest, response: HARResponse, timings: HARTimings, comment: String?) {
         (self.startedDateTime, self.request, self.response, self.timings, self.comment) = (startedDateTime, request, response, timings, comment)
-        time = timings.total
+        time = (timings.total * 1000).rounded() / 1000
     }
 
     package init(from decoder: Decoder) throws {

@@ -1,0 +1,96 @@
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Foundation
+import Requests
+import RequestsTestServer
+import XCTest
+
+/// Downloads `url` into a file of the library's choosing.
+struct DownloadToFile: DownloadRequest {
+    let url: URL
+    var identifier: String { "download \(url.absoluteString)" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+/// What ``HARRecorder`` keeps: bounded bodies, the newest entries, downloads, and a file other readers accept.
+final class HARRecorderTests: XCTestCase {
+    private func entries(_ recorder: HARRecorder) throws -> [[String: Any]] {
+        let file = try XCTUnwrap(try JSONSerialization.jsonObject(with: recorder.harData()) as? [String: Any])
+        return try XCTUnwrap((file["log"] as? [String: Any])?["entries"] as? [[String: Any]])
+    }
+
+    private func run(_ requests: [any DataRequest], recorder: HARRecorder) {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.requestPolicies.monitors = [recorder]
+        let session = URLSession(configuration: .ephemeral)
+        for request in requests {
+            func add<R: DataRequest>(_ request: R) { queue.addRequest(request, session: session) { _ in } }
+            add(request)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+    }
+
+    func testBodiesAreCutAtTheBoundAndOnlyTheNewestEntriesKept() throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/long") { _ in .text(String(repeating: "a", count: 5000)) }
+        server.route("/secret.json") { _ in .json(#"{"password":"hunter2","padding":"\#(String(repeating: "b", count: 2000))"}"#) }
+        server.route("/file") { _ in LoopbackResponse(headers: ["Content-Type": "application/octet-stream"], body: Data(repeating: 7, count: 3000)) }
+        let recorder = HARRecorder(redaction: Redaction(jsonFields: ["password"]), maximumBodyBytes: 1000, maximumEntries: 3)
+        run(
+            [
+                FetchData(url: server.url("/first")), FetchData(url: server.url("/long")), FetchData(url: server.url("/secret.json")),
+                DownloadToFile(url: server.url("/file")),
+            ],
+            recorder: recorder)
+
+        XCTAssertEqual(recorder.entryCount, 3)
+        let entries = try entries(recorder)
+        let contents = entries.compactMap { ($0["response"] as? [String: Any])?["content"] as? [String: Any] }
+        XCTAssertEqual(contents.map { $0["size"] as? Int }, [5000, 2035, 3000])
+        XCTAssertEqual((contents[0]["text"] as? String)?.count, 1000)
+        XCTAssertEqual(contents[0]["comment"] as? String, "truncated: 1000 of 5000 bytes kept")
+        // A JSON body cut short could not be redacted: it is not kept.
+        XCTAssertNil(contents[1]["text"])
+        XCTAssertFalse(String(decoding: try recorder.harData(), as: UTF8.self).contains("hunter2"))
+        // The download's file, read before it was moved into place.
+        XCTAssertEqual(contents[2]["encoding"] as? String, "base64")
+        XCTAssertEqual(contents[2]["text"] as? String, Data(repeating: 7, count: 1000).base64EncodedString())
+        recorder.removeAll()
+        XCTAssertEqual(recorder.entryCount, 0)
+    }
+
+    func testTheFileIsAcceptedByAnIndependentHARReader() throws {
+        #if os(Linux) || os(macOS)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/json") { _ in .json(#"{"ok":true}"#) }
+        server.route("/gone") { _ in .text("gone", status: 410) }
+        server.route("/upload") { .json(#"{"bytes":\#($0.body.count)}"#, status: 201) }
+        var withToken = FetchData(url: server.url("/json?api_key=k"))
+        withToken.headers = ["Authorization": "Bearer t"]
+        let recorder = HARRecorder(redaction: Redaction(queryItems: ["api_key"]))
+        run([withToken, FetchData(url: server.url("/gone")), UploadData(url: server.url("/upload"), body: Data([1, 2, 3]))], recorder: recorder)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("independent-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try recorder.write(to: file)
+
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-har").standardized
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, file.path]
+        let output = Pipe()
+        (process.standardOutput, process.standardError) = (output, output)
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if process.terminationStatus == 2 { throw XCTSkip("python3 has no jsonschema (CI installs python3-jsonschema): \(text)") }
+        XCTAssertEqual(process.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("3 entries valid"), text)
+        #endif
+    }
+}

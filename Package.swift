@@ -22,7 +22,9 @@ let package = Package(
         .executableTarget(name: "RequestsDemo", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
         .executableTarget(name: "RequestsBenchmark", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
         .testTarget(name: "RequestsTests", dependencies: ["Requests", "RequestsOutbox", "RequestsTestServer"]),
-        .testTarget(name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"]),
+        // Fixtures/ holds the HAR file the recording article's example replays (read by path, not as a resource).
+        .testTarget(
+            name: "RequestsTestingTests", dependencies: ["Requests", "RequestsTesting", "RequestsTestServer"], exclude: ["Fixtures"]),
         // Compiles the code of the DocC articles (Sources/Requests/Requests.docc and
         // Sources/RequestsOutbox/RequestsOutbox.docc) and the README, verbatim, and checks that every such block is
         // compiled here or, for the testing article, in RequestsTestingTests.

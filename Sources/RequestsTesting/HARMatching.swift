@@ -6,7 +6,7 @@ import Requests
 
 /// What a request must share with a recorded entry of a HAR file to get its response. Method and URL always: the
 /// method, the URL before its query, and the query items whatever their order; a recorded value that was redacted
-/// (``Redaction/placeholder``) matches any value.
+/// (`Redaction.placeholder`) matches any value.
 public struct HARMatching: Sendable {
     /// Whether the request's body must equal the recorded one. Off by default. On Linux the body of an upload task
     /// never reaches the replay, so such a request cannot match with this on.

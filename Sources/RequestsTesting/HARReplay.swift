@@ -29,7 +29,7 @@ public enum HARRecordMode: Sendable {
 /// that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they were
 /// recorded; the last one then repeats. Files exported by browsers and proxies are read too: missing optional
 /// fields, `content.encoding` `base64`, a missing `content.text` (an empty body). When recording, ``session`` is a
-/// real ephemeral session and ``monitors`` holds the ``HARRecorder``.
+/// real ephemeral session and ``monitors`` holds the `HARRecorder`.
 ///
 /// As with stubs on Linux, downloads cannot be replayed (use the loopback server) and an upload's body cannot be
 /// matched. A redirect is replayed as the response it ended with, for the URL first asked for. Thread-safe.
@@ -72,7 +72,7 @@ public final class HARReplay: @unchecked Sendable {
         }
     }
 
-    /// Writes the recorded file when recording (see ``HARRecorder/write(to:)``); does nothing when replaying.
+    /// Writes the recorded file when recording (see `HARRecorder.write(to:)`); does nothing when replaying.
     public func finish() throws {
         try recorder?.write(to: file)
     }

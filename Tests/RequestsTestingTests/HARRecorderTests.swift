@@ -17,21 +17,13 @@ struct DownloadToFile: DownloadRequest {
 
 /// What ``HARRecorder`` keeps: bounded bodies, the newest entries, downloads, and a file other readers accept.
 final class HARRecorderTests: XCTestCase {
-    private func entries(_ recorder: HARRecorder) throws -> [[String: Any]] {
+    func entries(_ recorder: HARRecorder) throws -> [[String: Any]] {
         let file = try XCTUnwrap(try JSONSerialization.jsonObject(with: recorder.harData()) as? [String: Any])
         return try XCTUnwrap((file["log"] as? [String: Any])?["entries"] as? [[String: Any]])
     }
 
     private func run(_ requests: [any DataRequest], recorder: HARRecorder) {
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        queue.requestPolicies.monitors = [recorder]
-        let session = URLSession(configuration: .ephemeral)
-        for request in requests {
-            func add<R: DataRequest>(_ request: R) { queue.addRequest(request, session: session) { _ in } }
-            add(request)
-        }
-        queue.waitUntilAllOperationsAreFinished()
+        _ = outcomes(requests, session: URLSession(configuration: .ephemeral), monitors: [recorder])
     }
 
     func testBodiesAreCutAtTheBoundAndOnlyTheNewestEntriesKept() throws {
@@ -92,5 +84,39 @@ final class HARRecorderTests: XCTestCase {
         XCTAssertEqual(process.terminationStatus, 0, text)
         XCTAssertTrue(text.contains("3 entries valid"), text)
         #endif
+    }
+}
+
+/// Server-sent events, as a stream request.
+struct Events: StreamRequest {
+    let url: URL
+    var identifier: String { url.absoluteString }
+    func makeDecoder() -> ServerSentEventDecoder { ServerSentEventDecoder() }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url)))
+    }
+}
+
+extension HARRecorderTests {
+    func testAStreamIsRecordedWithoutItsBody() throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.stream("/events") { _ in .events(["data: one\n\n", "data: two\n\n"]) }
+        let recorder = HARRecorder()
+        let queue = OperationQueue()
+        queue.requestPolicies.monitors = [recorder]
+        let done = expectation(description: "the stream ended")
+        let events = Recorder<String>()
+        queue.addRequest(Events(url: server.url("/events")), session: URLSession(configuration: .ephemeral), receive: { events.append($0.data) }) { _ in
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+
+        XCTAssertEqual(events.values, ["one", "two"])
+        let entry = try XCTUnwrap(try entries(recorder).first)
+        let content = try XCTUnwrap((entry["response"] as? [String: Any])?["content"] as? [String: Any])
+        XCTAssertEqual(content["size"] as? Int, 26, "the bytes the connection carried")
+        XCTAssertNil(content["text"])
+        XCTAssertEqual(content["comment"] as? String, "a stream's body is not recorded")
     }
 }

@@ -73,11 +73,10 @@ final class HARReplayTests: XCTestCase {
             """)
         let replay = try HARReplay(file: file, mode: .replayOnly, matching: HARMatching(body: true, headers: ["x-tenant", "Authorization"]))
         func post(tenant: String, body: String) -> Result<Data, Error>? {
-            var request = URLRequest(url: URL(string: "https://x.test/a")!)
-            (request.httpMethod, request.httpBody) = ("POST", Data(body.utf8))
-            request.setValue(tenant, forHTTPHeaderField: "X-Tenant")
-            request.setValue("Bearer anything", forHTTPHeaderField: "Authorization")
-            return run(RawRequest(urlRequest: request), on: replay.session).first
+            let request = FetchData(
+                url: URL(string: "https://x.test/a")!, method: "POST", headers: ["X-Tenant": tenant, "Authorization": "Bearer anything"],
+                body: Data(body.utf8))
+            return run(request, on: replay.session).first
         }
         XCTAssertEqual(try post(tenant: "blue", body: "one")?.get(), Data("blue one".utf8))
         XCTAssertNil(try? post(tenant: "red", body: "one")?.get())
@@ -103,16 +102,4 @@ final class HARReplayTests: XCTestCase {
         }
         XCTAssertTrue(try HARReplay(file: missing, mode: .once).isRecording)
     }
-}
-
-/// Sends `urlRequest` as it is, and returns the body.
-struct RawRequest: DataRequest {
-    typealias Success = Data
-    typealias Failure = Error
-    let urlRequest: URLRequest
-    var identifier: String { "raw" }
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        completion(.success(urlRequest))
-    }
-    func processData(_ data: Data) throws -> Data { data }
 }

@@ -42,34 +42,6 @@ final class HARRoundTripTests: XCTestCase {
         ]
     }
 
-    /// Each request's outcome, run one after the other on `session` with `monitors`.
-    private func outcomes(_ requests: [any DataRequest], session: URLSession, monitors: [any RequestEventMonitor]) -> [String] {
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        queue.requestPolicies.monitors = monitors
-        let outcomes = Recorder<String>()
-        for request in requests {
-            func add<R: DataRequest>(_ request: R) {
-                queue.addRequest(request, session: session) { result in
-                    switch result {
-                    case let .success(value): outcomes.append("ok " + ((value as? Data).map { String(decoding: $0, as: UTF8.self) } ?? "\(value)"))
-                    case let .failure(error): outcomes.append(Self.describe(error))
-                    }
-                }
-            }
-            add(request)
-        }
-        queue.waitUntilAllOperationsAreFinished()
-        return outcomes.values
-    }
-
-    private static func describe(_ error: Error) -> String {
-        if case let RequestQueueError.invalidStatusCode(statusCode, _, body) = error {
-            return "status \(statusCode): \(String(decoding: body, as: UTF8.self))"
-        }
-        return "error \(error)"
-    }
-
     func testWhatIsRecordedFromTheServerIsReplayedWithoutIt() throws {
         let server = try LoopbackServer()
         let counter = Recorder<Int>()
@@ -128,5 +100,36 @@ final class HARRoundTripTests: XCTestCase {
         // The upload's answer is replayed as recorded: with its secret field redacted.
         XCTAssertEqual(replayed[3], #"ok {"received":35,"token":"<redacted>"}"#)
         XCTAssertEqual(replay.stubs?.unmatchedRequests.count, 0)
+    }
+}
+
+extension XCTestCase {
+    /// Each request's outcome, run one after the other on `session` with `monitors`: `ok` and the body, `status` and
+    /// the body of a status error, or `error` and the error.
+    func outcomes(_ requests: [any DataRequest], session: URLSession, monitors: [any RequestEventMonitor]) -> [String] {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.requestPolicies.monitors = monitors
+        let outcomes = Recorder<String>()
+        for request in requests {
+            func add<R: DataRequest>(_ request: R) {
+                queue.addRequest(request, session: session) { result in
+                    switch result {
+                    case let .success(value): outcomes.append("ok " + ((value as? Data).map { String(decoding: $0, as: UTF8.self) } ?? "\(value)"))
+                    case let .failure(error): outcomes.append(Self.describe(error))
+                    }
+                }
+            }
+            add(request)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        return outcomes.values
+    }
+
+    private static func describe(_ error: Error) -> String {
+        if case let RequestQueueError.invalidStatusCode(statusCode, _, body) = error {
+            return "status \(statusCode): \(String(decoding: body, as: UTF8.self))"
+        }
+        return "error \(error)"
     }
 }

@@ -12,10 +12,12 @@ struct FetchData: DataRequest {
     let url: URL
     var method = "GET"
     var headers: [String: String] = [:]
+    var body: Data?
     var identifier: String { "\(method) \(url.absoluteString)" }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
         var request = URLRequest(url: url)
         request.httpMethod = method
+        request.httpBody = body
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
         completion(.success(request))
     }

@@ -15,7 +15,7 @@ import Foundation
 /// `URLError` code only, because its description repeats the unredacted URL; errors are the library's, before
 /// the request's `mapError`.
 public struct RequestLogger: RequestEventMonitor {
-    /// What is hidden. Default: ``Redaction/init(headers:queryItems:)`` with the credential headers; name secret
+    /// What is hidden. Default: ``Redaction/init(headers:queryItems:jsonFields:)`` with the credential headers; name secret
     /// query parameters with `Redaction(queryItems: ["api_key"])`.
     public let redaction: Redaction
     /// Whether the line also lists the request's and the response's headers (redacted). Default: `false`.

@@ -184,6 +184,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         guard let (phase, attempt, duration, response, connectionBytes) = state, let attempt else { return }
         if let response {
             emit(.didReceive(attempt, response, bodyBytes: connectionBytes, duration: duration))
+            emitExchange(attempt, response: response, body: nil, streamedBytes: connectionBytes, duration: duration)
         }
         switch phase {
         case let .rejected(rejection):

@@ -72,14 +72,16 @@ extension NetworkRequestOperation {
     }
 
     /// Hands the recording monitors the exchange of an attempt that got `response`, when any is attached. Called
-    /// before the body is interpreted, so a download's file is still where the transfer left it.
-    func emitExchange(_ attempt: RequestAttempt, response: HTTPURLResponse, body: ResponseBody, duration: TimeInterval) {
+    /// before the body is interpreted, so a download's file is still where the transfer left it; a stream's body
+    /// (`nil`, of `streamedBytes`) is not kept.
+    func emitExchange(_ attempt: RequestAttempt, response: HTTPURLResponse, body: ResponseBody?, streamedBytes: Int = 0, duration: TimeInterval) {
         guard let limit = exchangeBodyLimit() else { return }
         let (upload, metrics) = withLock { (run.upload?.body, run.metrics) }
         let responseBody: CapturedBody
         switch body {
-        case let .data(data): responseBody = CapturedBody(data, limit: limit)
-        case let .file(url): responseBody = CapturedBody(file: url, limit: limit)
+        case let .data(data)?: responseBody = CapturedBody(data, limit: limit)
+        case let .file(url)?: responseBody = CapturedBody(file: url, limit: limit)
+        case nil: responseBody = .omitted(size: streamedBytes, reason: "a stream's body is not recorded")
         }
         emit(
             .didExchange(

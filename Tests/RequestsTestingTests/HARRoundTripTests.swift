@@ -62,7 +62,8 @@ final class HARRoundTripTests: XCTestCase {
         // Record once against the server.
         let recording = try HARReplay(file: file, mode: .once, redaction: redaction)
         XCTAssertTrue(recording.isRecording)
-        let recorded = outcomes(requests(server.baseURL), session: recording.session, monitors: recording.monitors)
+        let liveEvents = EventLog()
+        let recorded = outcomes(requests(server.baseURL), session: recording.session, monitors: recording.monitors + [liveEvents])
         try recording.finish()
         server.stop()
         XCTAssertEqual(recorded.count, 7)
@@ -92,7 +93,8 @@ final class HARRoundTripTests: XCTestCase {
         // Replay with the server stopped: the same outcomes, the counter's answers in their order.
         let replay = try HARReplay(file: file, mode: .replayOnly)
         XCTAssertFalse(replay.isRecording)
-        let replayed = outcomes(requests(server.baseURL), session: replay.session, monitors: replay.monitors)
+        let replayedEvents = EventLog()
+        let replayed = outcomes(requests(server.baseURL), session: replay.session, monitors: replay.monitors + [replayedEvents])
         XCTAssertEqual(replayed.count, recorded.count)
         for (index, (was, now)) in zip(recorded, replayed).enumerated() where index != 3 {
             XCTAssertEqual(now, was, "request \(index)")
@@ -100,6 +102,29 @@ final class HARRoundTripTests: XCTestCase {
         // The upload's answer is replayed as recorded: with its secret field redacted.
         XCTAssertEqual(replayed[3], #"ok {"received":35,"token":"<redacted>"}"#)
         XCTAssertEqual(replay.stubs?.unmatchedRequests.count, 0)
+        // The monitors see the same events, but for the redirect: the replay answers with its end at once.
+        XCTAssertEqual(liveEvents.lines.filter { !$0.hasPrefix("redirect") }, replayedEvents.lines)
+        XCTAssertEqual(liveEvents.lines.filter { $0.hasPrefix("redirect") }, ["redirect 302 /users/8"])
+        XCTAssertEqual(replayedEvents.lines.count, 7 * 3)
+    }
+}
+
+/// The events a monitor saw, one line each, without what differs between a live and a replayed run (times, sizes).
+final class EventLog: RequestEventMonitor, @unchecked Sendable {
+    private let log = Recorder<String>()
+    var lines: [String] { log.values }
+
+    func requestWillSend(_ attempt: RequestAttempt) {
+        log.append("send \(attempt.urlRequest.httpMethod ?? "GET") \(attempt.urlRequest.url?.path ?? "")")
+    }
+    func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval) {
+        log.append("receive \(response.statusCode)")
+    }
+    func requestWillRedirect(_ attempt: RequestAttempt, response: HTTPURLResponse, to request: URLRequest) {
+        log.append("redirect \(response.statusCode) \(request.url?.path ?? "")")
+    }
+    func requestDidFinish(_ summary: RequestSummary) {
+        log.append("finish \(summary.attempts) \(summary.error == nil ? "ok" : "failed")")
     }
 }
 

@@ -69,7 +69,13 @@ public struct Redaction: Sendable {
 
     /// `headers` as `Name: value` pairs sorted by name, with hidden values replaced.
     public func lines(for headers: [String: String]) -> [String] {
-        headers.sorted { $0.key.lowercased() < $1.key.lowercased() }.map { "\($0.key): \(value($0.value, ofHeader: $0.key))" }
+        fields(headers).map { "\($0.name): \($0.value)" }
+    }
+
+    /// `headers` sorted by name without regard to case, with hidden values replaced: what ``lines(for:)`` and
+    /// ``HARRecorder`` write.
+    func fields(_ headers: [String: String]) -> [(name: String, value: String)] {
+        headers.sorted { $0.key.lowercased() < $1.key.lowercased() }.map { ($0.key, value($0.value, ofHeader: $0.key)) }
     }
 
     /// `body` with the values of hidden JSON fields replaced by the placeholder, as compact JSON; `body` itself when

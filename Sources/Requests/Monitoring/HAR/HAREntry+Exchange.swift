@@ -40,7 +40,7 @@ extension HAREntry {
 
     /// `headers` sorted by name, with hidden values replaced.
     private static func headers(_ headers: [String: String], redaction: Redaction) -> [HARHeader] {
-        headers.sorted { $0.key.lowercased() < $1.key.lowercased() }.map { HARHeader(name: $0.key, value: redaction.value($0.value, ofHeader: $0.key)) }
+        redaction.fields(headers).map { HARHeader(name: $0.name, value: $0.value) }
     }
 
     /// How `body` is written: UTF-8 text for a textual type (JSON with its hidden fields replaced), Base64 otherwise;

@@ -72,9 +72,13 @@ public final class HARReplay: @unchecked Sendable {
         }
     }
 
-    /// Writes the recorded file when recording (see `HARRecorder.write(to:)`); does nothing when replaying.
+    /// Writes the recorded file when recording (see `HARRecorder.write(to:)`), and lets the recording session go
+    /// once its tasks end (`finishTasksAndInvalidate()`); does nothing when replaying. Call it once, after the last
+    /// request.
     public func finish() throws {
-        try recorder?.write(to: file)
+        guard let recorder else { return }
+        session.finishTasksAndInvalidate()
+        try recorder.write(to: file)
     }
 
     /// The entries of the HAR file `url`, ready to answer.

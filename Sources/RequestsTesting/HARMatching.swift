@@ -60,10 +60,15 @@ struct ReplayEntry: Sendable {
         for header in entry.response.headers where !Self.droppedResponseHeaders.contains(header.name.lowercased()) {
             responseHeaders[header.name] = responseHeaders[header.name].map { "\($0), \(header.value)" } ?? header.value
         }
-        guard (100...599).contains(entry.response.status) else {
+        switch entry.response.status {
+        case 0:
+            // No response (a transport error, or a request a browser blocked): replayed as the error.
+            response = .failure(entry.response.urlError)
+        case 100...599:
+            response = StubResponse(status: entry.response.status, headers: responseHeaders, body: responseBody)
+        default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }
-        response = StubResponse(status: entry.response.status, headers: responseHeaders, body: responseBody)
     }
 
     private static func bytes(_ text: String, encoding: String?, index: Int, field: String) throws -> Data {

@@ -113,7 +113,7 @@ final class ReplayAnswers: @unchecked Sendable {
 
     /// The response of the first matching entry not used yet (the last matching one when all were), or a
     /// ``HARReplayError/noMatch(method:url:closest:)`` naming the closest entry.
-    func response(for request: URLRequest) -> StubResponse {
+    func response(for request: URLRequest) -> (response: StubResponse, matched: Bool) {
         let method = (request.httpMethod ?? "GET").uppercased()
         let url = request.url?.absoluteString ?? ""
         let (base, query) = ReplayEntry.key(url)
@@ -122,10 +122,10 @@ final class ReplayAnswers: @unchecked Sendable {
         return lock.withLock {
             if let entry = candidates.first(where: { !used.contains($0.index) }) ?? candidates.last {
                 used.insert(entry.index)
-                return entry.response
+                return (entry.response, true)
             }
             let closest = scored.max { $0.1.score < $1.1.score }?.0.description
-            return .failure(HARReplayError.noMatch(method: method, url: url, closest: closest))
+            return (.failure(HARReplayError.noMatch(method: method, url: url, closest: closest)), false)
         }
     }
 }

@@ -31,15 +31,15 @@ public final class Stubs: @unchecked Sendable {
     private var entries: [Entry] = []
     private var nextEntryID = 0
     private var recorded: [RecordedRequest] = []
-    /// Answers a request no stub matched (a HAR replay); a failure it returns leaves the request unmatched.
-    private let fallback: (@Sendable (URLRequest) -> StubResponse)?
+    /// Answers a request no stub matched (a HAR replay), and says whether it matched something of its own.
+    private let fallback: (@Sendable (URLRequest) -> (response: StubResponse, matched: Bool))?
 
     /// Creates an empty set of stubs. Every request fails with ``StubError`` until a stub matches it.
     public convenience init() {
         self.init(fallback: nil)
     }
 
-    init(fallback: (@Sendable (URLRequest) -> StubResponse)?) {
+    init(fallback: (@Sendable (URLRequest) -> (response: StubResponse, matched: Bool))?) {
         self.fallback = fallback
         (protocolClass, key) = StubProtocolClasses.make(number: StubsRegistry.shared.nextNumber())
         StubsRegistry.shared.add(self)
@@ -135,9 +135,9 @@ public final class Stubs: @unchecked Sendable {
 
         return withLock {
             let index = match.flatMap { match in entries.firstIndex { $0.id == match.id } }
-            let wasMatched = index != nil || (answer != nil && answer?.error == nil)
+            let wasMatched = index != nil || answer?.matched == true
             recorded.append(RecordedRequest(method: method, url: url, headers: headers, body: body, wasMatched: wasMatched))
-            if index == nil, let answer { return answer }
+            if index == nil, let answer { return answer.response }
             guard let index else {
                 let known = entries.isEmpty ? "no stubs" : "stubs: " + entries.map(\.description).joined(separator: ", ")
                 return .failure(StubError(message: "No stub matched \(method) \(url.absoluteString) (\(known))."))

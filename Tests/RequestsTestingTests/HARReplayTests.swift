@@ -23,7 +23,9 @@ final class HARReplayTests: XCTestCase {
                        "postData": {"mimeType": "application/x-www-form-urlencoded", "params": [{"name": "user", "value": "ada"}]}},
            "response": {"status": 204, "content": {"size": 0, "mimeType": "x-unknown"}}},
           {"request": {"method": "GET", "url": "https://api.example.com/users/7?page=2&lang=en"},
-           "response": {"status": 404, "content": {"mimeType": "text/plain", "text": "gone now"}}}
+           "response": {"status": 404, "content": {"mimeType": "text/plain", "text": "gone now"}}},
+          {"request": {"method": "GET", "url": "https://ads.example.com/pixel"},
+           "response": {"status": 0, "_error": "net::ERR_BLOCKED_BY_CLIENT", "content": {"size": 0, "mimeType": ""}}}
         ]}}
         """
 
@@ -48,6 +50,11 @@ final class HARReplayTests: XCTestCase {
         }
         let login = run(Delete(url: URL(string: "https://api.example.com/login")!), on: replay.session)
         XCTAssertNil(try? login.first?.get(), "a DELETE does not match the recorded POST")
+        // An entry without a response (status 0) is replayed as a transport error.
+        let blocked = run(FetchData(url: URL(string: "https://ads.example.com/pixel")!), on: replay.session).first
+        guard case let .failure(error as URLError)? = blocked else { return XCTFail("expected a URLError, got \(String(describing: blocked))") }
+        XCTAssertEqual(error.code, .unknown)
+        XCTAssertEqual(replay.stubs?.unmatchedRequests.map(\.method), ["DELETE"], "only the DELETE matched nothing")
         var post = FetchData(url: URL(string: "https://api.example.com/login")!)
         post.method = "POST"
         XCTAssertEqual(try run(post, on: replay.session).first?.get(), Data())

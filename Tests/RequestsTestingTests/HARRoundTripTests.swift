@@ -30,8 +30,8 @@ final class HARRoundTripTests: XCTestCase {
     private let apiKey = "k3y-0f-the-api"
 
     /// The requests of the round trip: JSON with a token and a secret query item, a 404, a redirect, an upload with
-    /// a secret JSON field, a binary body, and the same URL twice with different answers.
-    private func requests(_ server: URL) -> [any DataRequest] {
+    /// a secret JSON field, a binary body, the same URL twice with different answers, and a server that is not there.
+    private func requests(_ server: URL, closed: URL) -> [any DataRequest] {
         let url = { (path: String) in server.appendingPathComponent(path) }
         var user = FetchData(url: URL(string: "\(url("users/7").absoluteString)?api_key=\(apiKey)&fields=name")!)
         user.headers = ["Authorization": token]
@@ -39,6 +39,7 @@ final class HARRoundTripTests: XCTestCase {
             user, FetchData(url: url("missing")), FetchData(url: url("old")),
             UploadData(url: url("login"), body: Data(#"{"user":"ada","password":"hunter2"}"#.utf8)),
             FetchData(url: url("binary")), FetchData(url: url("counter")), FetchData(url: url("counter")),
+            FetchData(url: closed.appendingPathComponent("nobody")),
         ]
     }
 
@@ -58,19 +59,23 @@ final class HARRoundTripTests: XCTestCase {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("round-trip-\(UUID().uuidString).har")
         defer { try? FileManager.default.removeItem(at: file) }
         let redaction = Redaction(queryItems: ["api_key"], jsonFields: ["password", "token"])
+        let stopped = try LoopbackServer()
+        let closed = stopped.baseURL
+        stopped.stop()
 
         // Record once against the server.
         let recording = try HARReplay(file: file, mode: .once, redaction: redaction)
         XCTAssertTrue(recording.isRecording)
         let liveEvents = EventLog()
-        let recorded = outcomes(requests(server.baseURL), session: recording.session, monitors: recording.monitors + [liveEvents])
+        let recorded = outcomes(requests(server.baseURL, closed: closed), session: recording.session, monitors: recording.monitors + [liveEvents])
         try recording.finish()
         server.stop()
-        XCTAssertEqual(recorded.count, 7)
+        XCTAssertEqual(recorded.count, 8)
+        XCTAssertEqual(recorded[7], "URLError \(URLError.cannotConnectToHost.rawValue)")
         XCTAssertEqual(recorded[1], #"status 404: {"error":"not here"}"#)
         XCTAssertEqual(recorded[0], #"ok {"name":"Ada","signedIn":true}"#)
         XCTAssertEqual(recorded[2], #"ok {"name":"Grace"}"#)
-        XCTAssertEqual(Array(recorded[5...]), ["ok call 1", "ok call 2"])
+        XCTAssertEqual(Array(recorded[5...6]), ["ok call 1", "ok call 2"])
 
         // The file is private, holds every exchange in order, and no secret.
         let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? NSNumber
@@ -85,7 +90,10 @@ final class HARRoundTripTests: XCTestCase {
         let paths = entries.compactMap {
             (($0["request"] as? [String: Any])?["url"] as? String).flatMap { URL(string: $0.replacingOccurrences(of: "<redacted>", with: "x"))?.path }
         }
-        XCTAssertEqual(paths, ["/users/7", "/missing", "/old", "/login", "/binary", "/counter", "/counter"])
+        XCTAssertEqual(paths, ["/users/7", "/missing", "/old", "/login", "/binary", "/counter", "/counter", "/nobody"])
+        let failed = try XCTUnwrap(entries[7]["response"] as? [String: Any])
+        XCTAssertEqual(failed["status"] as? Int, 0)
+        XCTAssertEqual((failed["_error"] as? String)?.hasPrefix("URLError -1004:"), true)
         let binary = try XCTUnwrap(entries[4]["response"] as? [String: Any])["content"] as? [String: Any]
         XCTAssertEqual(binary?["encoding"] as? String, "base64")
         XCTAssertEqual(binary?["text"] as? String, Data([0, 1, 2, 0xFF, 0xFE]).base64EncodedString())
@@ -94,7 +102,7 @@ final class HARRoundTripTests: XCTestCase {
         let replay = try HARReplay(file: file, mode: .replayOnly)
         XCTAssertFalse(replay.isRecording)
         let replayedEvents = EventLog()
-        let replayed = outcomes(requests(server.baseURL), session: replay.session, monitors: replay.monitors + [replayedEvents])
+        let replayed = outcomes(requests(server.baseURL, closed: closed), session: replay.session, monitors: replay.monitors + [replayedEvents])
         XCTAssertEqual(replayed.count, recorded.count)
         for (index, (was, now)) in zip(recorded, replayed).enumerated() where index != 3 {
             XCTAssertEqual(now, was, "request \(index)")
@@ -105,7 +113,7 @@ final class HARRoundTripTests: XCTestCase {
         // The monitors see the same events, but for the redirect: the replay answers with its end at once.
         XCTAssertEqual(liveEvents.lines.filter { !$0.hasPrefix("redirect") }, replayedEvents.lines)
         XCTAssertEqual(liveEvents.lines.filter { $0.hasPrefix("redirect") }, ["redirect 302 /users/8"])
-        XCTAssertEqual(replayedEvents.lines.count, 7 * 3)
+        XCTAssertEqual(replayedEvents.lines.count, 7 * 3 + 2, "no receive for the server that was not there")
     }
 }
 
@@ -152,6 +160,7 @@ extension XCTestCase {
     }
 
     private static func describe(_ error: Error) -> String {
+        if let error = error as? URLError { return "URLError \(error.code.rawValue)" }
         if case let RequestQueueError.invalidStatusCode(statusCode, _, body) = error {
             return "status \(statusCode): \(String(decoding: body, as: UTF8.self))"
         }

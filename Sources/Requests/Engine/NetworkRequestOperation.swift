@@ -288,6 +288,8 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
             emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
             emitExchange(ending.attempt, response: httpResponse, body: body, duration: ending.duration)
+        } else if let error {
+            emitExchange(ending.attempt, response: nil, error: error, body: nil, duration: ending.duration)
         }
         let failure = interpret(
             body, response: response, error: error, sent: ending.attempt.urlRequest, request: held.value, rule: ending.rule,

@@ -10,8 +10,9 @@ import Foundation
 protocol ExchangeRecording: RequestEventMonitor {
     /// The most bytes of each body this monitor keeps.
     var maximumBodyBytes: Int { get }
-    /// An attempt got a response: called right after ``RequestEventMonitor/requestDidReceive(_:response:bodyBytes:duration:)``,
-    /// in the same order as the other events.
+    /// An attempt got a response (called right after ``RequestEventMonitor/requestDidReceive(_:response:bodyBytes:duration:)``),
+    /// or none because of a transport error (before ``RequestEventMonitor/requestDidFail(_:error:duration:)``), in the
+    /// same order as the other events.
     func requestDidExchange(_ exchange: RecordedExchange)
 }
 
@@ -25,7 +26,9 @@ struct RecordedExchange: Sendable {
     let metrics: TransferMetrics?
     /// The request's body; `nil` without one.
     let requestBody: CapturedBody?
-    let response: HTTPURLResponse
+    /// `nil` when the attempt got no response: then ``transportError`` says why.
+    let response: HTTPURLResponse?
+    let transportError: Error?
     let responseBody: CapturedBody
 }
 
@@ -71,16 +74,20 @@ extension NetworkRequestOperation {
         return monitors.compactMap { ($0 as? any ExchangeRecording)?.maximumBodyBytes }.max()
     }
 
-    /// Hands the recording monitors the exchange of an attempt that got `response`, when any is attached. Called
-    /// before the body is interpreted, so a download's file is still where the transfer left it; a stream's body
-    /// (`nil`, of `streamedBytes`) is not kept.
-    func emitExchange(_ attempt: RequestAttempt, response: HTTPURLResponse, body: ResponseBody?, streamedBytes: Int = 0, duration: TimeInterval) {
+    /// Hands the recording monitors the exchange of an attempt that got `response` (or `error` and no response),
+    /// when any is attached. Called before the body is interpreted, so a download's file is still where the transfer
+    /// left it; a stream's body (`nil`, of `streamedBytes`) is not kept.
+    func emitExchange(
+        _ attempt: RequestAttempt, response: HTTPURLResponse?, error: Error? = nil, body: ResponseBody?, streamedBytes: Int = 0,
+        duration: TimeInterval
+    ) {
         guard let limit = exchangeBodyLimit() else { return }
         let (upload, metrics) = withLock { (run.upload?.body, run.metrics) }
         let responseBody: CapturedBody
         switch body {
         case let .data(data)?: responseBody = CapturedBody(data, limit: limit)
         case let .file(url)?: responseBody = CapturedBody(file: url, limit: limit)
+        case nil where response == nil: responseBody = CapturedBody(Data(), limit: limit)
         case nil: responseBody = .omitted(size: streamedBytes, reason: "a stream's body is not recorded")
         }
         emit(
@@ -88,7 +95,7 @@ extension NetworkRequestOperation {
                 RecordedExchange(
                     attempt: attempt, startedDate: Date(timeIntervalSinceNow: -duration), duration: duration, metrics: metrics,
                     requestBody: Self.sentBody(attempt.urlRequest, upload: upload, limit: limit), response: response,
-                    responseBody: responseBody)))
+                    transportError: error, responseBody: responseBody)))
     }
 
     /// What `request` sent as its body: an upload's body, or its `httpBody`.

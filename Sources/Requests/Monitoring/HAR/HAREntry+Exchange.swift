@@ -17,25 +17,36 @@ extension HAREntry {
                 return HARPostData(mimeType: sent.value(forHTTPHeaderField: "Content-Type") ?? "", text: text ?? "", encoding: encoding, comment: comment)
             },
             bodySize: exchange.requestBody?.size ?? 0)
-        let response = exchange.response
-        let responseHeaders = Dictionary(
-            response.allHeaderFields.map { ("\($0.key)", "\($0.value)") }, uniquingKeysWith: { first, _ in first })
-        let mimeType = response.value(forHTTPHeaderField: "Content-Type") ?? ""
-        let (text, encoding, comment) = Self.text(of: exchange.responseBody, mimeType: mimeType, redaction: redaction)
-        let harResponse = HARResponse(
-            status: response.statusCode, statusText: HTTPURLResponse.localizedString(forStatusCode: response.statusCode),
-            headers: Self.headers(responseHeaders, redaction: redaction),
-            content: HARContent(size: exchange.responseBody.size, mimeType: mimeType, text: text, encoding: encoding, comment: comment),
-            redirectURL: response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0) }.map(redaction.string(for:)) ?? "",
-            bodySize: exchange.responseBody.size)
+        let harResponse = exchange.response.map { Self.response($0, body: exchange.responseBody, redaction: redaction) } ?? Self.noResponse(exchange.transportError)
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         var finalURL: String?
-        if let answered = response.url, answered != sent.url { finalURL = redaction.string(for: answered) }
+        if let answered = exchange.response?.url, answered != sent.url { finalURL = redaction.string(for: answered) }
         self.init(
             startedDateTime: formatter.string(from: exchange.startedDate), request: request, response: harResponse,
             timings: HARTimings(duration: exchange.duration, metrics: exchange.metrics),
             comment: finalURL.map { "answered by \($0) after redirects" })
+    }
+
+    private static func response(_ response: HTTPURLResponse, body: CapturedBody, redaction: Redaction) -> HARResponse {
+        let headers = Dictionary(response.allHeaderFields.map { ("\($0.key)", "\($0.value)") }, uniquingKeysWith: { first, _ in first })
+        let mimeType = response.value(forHTTPHeaderField: "Content-Type") ?? ""
+        let (text, encoding, comment) = Self.text(of: body, mimeType: mimeType, redaction: redaction)
+        return HARResponse(
+            status: response.statusCode, statusText: HTTPURLResponse.localizedString(forStatusCode: response.statusCode),
+            headers: Self.headers(headers, redaction: redaction),
+            content: HARContent(size: body.size, mimeType: mimeType, text: text, encoding: encoding, comment: comment),
+            redirectURL: response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0) }.map(redaction.string(for:)) ?? "",
+            bodySize: body.size)
+    }
+
+    /// What browsers write for a request that got no response: status `0`, and the error in `_error`.
+    private static func noResponse(_ error: Error?) -> HARResponse {
+        var response = HARResponse(
+            status: 0, statusText: "", headers: [], content: HARContent(size: 0, mimeType: "", text: nil, encoding: nil, comment: nil),
+            redirectURL: "", bodySize: -1)
+        response.error = HARResponse.errorText(error)
+        return response
     }
 
     /// `headers` sorted by name, with hidden values replaced.

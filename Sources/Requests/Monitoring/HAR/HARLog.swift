@@ -149,6 +149,33 @@ package struct HARResponse: Codable, Sendable {
     package var redirectURL: String
     package var headersSize = -1
     package var bodySize: Int
+    /// Why there is no response (status `0`), as browsers write it: for an error of URLSession, `URLError` and its
+    /// code first (`URLError -1004: …`), which the replay turns back into that error.
+    package var error: String?
+
+    enum CodingKeys: String, CodingKey {
+        case status, statusText, httpVersion, cookies, headers, content, redirectURL, headersSize, bodySize
+        case error = "_error"
+    }
+
+    /// The text of `error` for ``error``.
+    package static func errorText(_ error: Error?) -> String {
+        guard let error else { return "no response" }
+        if let urlError = error as? URLError { return "URLError \(urlError.code.rawValue): \(urlError.localizedDescription)" }
+        return "\(type(of: error)): \(error)"
+    }
+
+    /// The `URLError` that ``error`` names; `.unknown` when it names none (a browser's `net::ERR_…`).
+    package var urlError: URLError {
+        let parts = (error ?? "").split(separator: " ", maxSplits: 2)
+        // `URLError.Code(rawValue:)` is failable on Linux only: `as` makes it optional on both.
+        guard parts.count >= 2, parts[0] == "URLError", let number = Int(parts[1].trimmingCharacters(in: CharacterSet(charactersIn: ":"))),
+            let code = URLError.Code(rawValue: number) as URLError.Code?
+        else {
+            return URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: error ?? "no response"])
+        }
+        return URLError(code)
+    }
 
     package init(status: Int, statusText: String, headers: [HARHeader], content: HARContent, redirectURL: String, bodySize: Int) {
         (self.status, self.statusText, self.headers, self.content, self.redirectURL, self.bodySize) = (status, statusText, headers, content, redirectURL, bodySize)
@@ -163,6 +190,7 @@ package struct HARResponse: Codable, Sendable {
         content = try container.decodeIfPresent(HARContent.self, forKey: .content) ?? HARContent(size: 0, mimeType: "", text: nil, encoding: nil, comment: nil)
         redirectURL = try container.decodeIfPresent(String.self, forKey: .redirectURL) ?? ""
         bodySize = try container.decodeIfPresent(Int.self, forKey: .bodySize) ?? -1
+        error = try container.decodeIfPresent(String.self, forKey: .error)
     }
 }
 

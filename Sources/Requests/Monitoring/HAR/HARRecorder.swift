@@ -18,13 +18,14 @@ import Darwin
 /// try recorder.write(to: harFile)
 /// ```
 ///
-/// Each attempt that got a response is one entry, in the order the responses arrived: the request as sent (its
-/// method, URL, headers and body) and the response (status, headers, body), with its timings. Bodies are kept as
-/// UTF-8 text when their type is textual, in Base64 otherwise, and at most ``maximumBodyBytes`` of each. What
-/// ``redaction`` names is replaced by ``Redaction/placeholder``: by default the credential headers
-/// (``Redaction/credentialHeaders``). Not recorded: attempts that got no response (a transport error), the bodies
-/// of streams, of multipart forms and of body streams (the entry says so in its `comment`), and the intermediate
-/// responses of redirects URLSession followed (the entry has the final response, and a comment naming its URL).
+/// Each attempt is one entry, in the order the attempts ended: the request as sent (its method, URL, headers and body)
+/// and the response (status, headers, body), with its timings; an attempt that got no response (a transport error) has
+/// status `0` and the error in `_error`, as browsers write it. Bodies are kept as UTF-8 text when their type is
+/// textual, in Base64 otherwise, and at most ``maximumBodyBytes`` of each. What ``redaction`` names is replaced by
+/// ``Redaction/placeholder``: by default the credential headers (``Redaction/credentialHeaders``). Not recorded: the
+/// bodies of streams, of multipart forms and of body streams (the entry says so in its `comment`), and the
+/// intermediate responses of redirects URLSession followed (the entry has the final response, and a comment naming
+/// its URL).
 ///
 /// With ``maximumEntries`` set, only the newest entries are kept: an app can keep one attached and write its last
 /// exchanges for a bug report. Thread-safe.

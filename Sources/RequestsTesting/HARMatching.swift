@@ -56,19 +56,25 @@ struct ReplayEntry: Sendable {
         }
         let content = entry.response.content
         let responseBody = try content.text.map { try Self.bytes($0, encoding: content.encoding, index: index, field: "response.content.text") } ?? Data()
-        var responseHeaders: [String: String] = [:]
-        for header in entry.response.headers where !Self.droppedResponseHeaders.contains(header.name.lowercased()) {
-            responseHeaders[header.name] = responseHeaders[header.name].map { "\($0), \(header.value)" } ?? header.value
-        }
         switch entry.response.status {
         case 0:
             // No response (a transport error, or a request a browser blocked): replayed as the error.
             response = .failure(entry.response.urlError)
         case 100...599:
-            response = StubResponse(status: entry.response.status, headers: responseHeaders, body: responseBody)
+            response = Self.stubResponse(status: entry.response.status, headers: entry.response.headers, body: responseBody)
         default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }
+    }
+
+    /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded,
+    /// whole), and with repeated headers joined.
+    static func stubResponse(status: Int, headers: [HARHeader], body: Data) -> StubResponse {
+        var joined: [String: String] = [:]
+        for header in headers where !droppedResponseHeaders.contains(header.name.lowercased()) {
+            joined[header.name] = joined[header.name].map { "\($0), \(header.value)" } ?? header.value
+        }
+        return StubResponse(status: status, headers: joined, body: body)
     }
 
     private static func bytes(_ text: String, encoding: String?, index: Int, field: String) throws -> Data {

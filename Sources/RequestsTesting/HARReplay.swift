@@ -12,6 +12,10 @@ public enum HARRecordMode: Sendable {
     case once
     /// Records every time, replacing the file.
     case all
+    /// Replays the file (which may be missing) and sends each request no entry matches to the server, adding its
+    /// exchange to the file. Such requests go one at a time, and on Linux an upload task's body does not reach the
+    /// server this way (as for stubs): record uploads with ``once`` or ``all``.
+    case newEpisodes
 }
 
 /// Answers requests from a HAR file (HTTP Archive 1.2), or records one from real traffic: record once against a
@@ -44,6 +48,9 @@ public final class HARReplay: @unchecked Sendable {
     public var monitors: [any RequestEventMonitor] { recorder.map { [$0] } ?? [] }
     /// The recorder, when recording.
     public let recorder: HARRecorder?
+    /// In ``HARRecordMode/newEpisodes`` mode, what sends unmatched requests to the server, and the file's entries.
+    private let forwarder: LiveForwarder?
+    private let recordedEntries: [HAREntry]
     /// The stubs that answer ``session`` when replaying: their ``Stubs/requests`` and ``Stubs/unmatchedRequests``
     /// list what was asked.
     public let stubs: Stubs?
@@ -59,30 +66,40 @@ public final class HARReplay: @unchecked Sendable {
         let exists = FileManager.default.fileExists(atPath: file.path)
         switch mode {
         case .replayOnly where !exists: throw HARReplayError.missingFile(file)
-        case .once where exists, .replayOnly:
-            let answers = ReplayAnswers(entries: try Self.entries(of: file), matching: matching)
+        case .once where exists, .replayOnly, .newEpisodes:
+            let recorded = exists ? try Self.entries(of: file) : []
+            let forwarder = mode == .newEpisodes ? LiveForwarder(redaction: redaction, maximumBodyBytes: maximumBodyBytes) : nil
+            let answers = ReplayAnswers(entries: recorded.map(\.answer), matching: matching, forwarder: forwarder)
             let stubs = Stubs(fallback: { answers.response(for: $0) })
-            (isRecording, recorder, self.stubs, session) = (false, nil, stubs, stubs.makeSession())
+            (isRecording, recorder, self.stubs, session) = (forwarder != nil, nil, stubs, stubs.makeSession())
+            (self.forwarder, recordedEntries) = (forwarder, recorded.map(\.entry))
         case .once, .all:
             let configuration = URLSessionConfiguration.ephemeral
             configuration.urlCache = nil
             isRecording = true
             recorder = HARRecorder(redaction: redaction, maximumBodyBytes: maximumBodyBytes)
             (stubs, session) = (nil, URLSession(configuration: configuration))
+            (forwarder, recordedEntries) = (nil, [])
         }
     }
 
     /// Writes the recorded file when recording (see `HARRecorder.write(to:)`), and lets the recording session go
-    /// once its tasks end (`finishTasksAndInvalidate()`); does nothing when replaying. Call it once, after the last
-    /// request.
+    /// once its tasks end (`finishTasksAndInvalidate()`); in ``HARRecordMode/newEpisodes`` mode, writes the file's
+    /// entries and the new ones, if any; does nothing when replaying. Call it once, after the last request.
     public func finish() throws {
+        if let forwarder {
+            forwarder.close()
+            let added = forwarder.newEntries
+            if !added.isEmpty { try HARFile(log: HARLog(entries: recordedEntries + added)).write(to: file) }
+            return
+        }
         guard let recorder else { return }
         session.finishTasksAndInvalidate()
         try recorder.write(to: file)
     }
 
-    /// The entries of the HAR file `url`, ready to answer.
-    static func entries(of url: URL) throws -> [ReplayEntry] {
+    /// The entries of the HAR file `url`, as read and ready to answer.
+    static func entries(of url: URL) throws -> [(entry: HAREntry, answer: ReplayEntry)] {
         let data: Data
         do {
             data = try Data(contentsOf: url)
@@ -95,7 +112,7 @@ public final class HARReplay: @unchecked Sendable {
         } catch {
             throw HARReplayError.unreadableFile(reason: "\(url.lastPathComponent) is not HAR JSON (\(error))")
         }
-        return try file.log.entries.enumerated().map { try ReplayEntry(index: $0.offset, entry: $0.element) }
+        return try file.log.entries.enumerated().map { ($0.element, try ReplayEntry(index: $0.offset, entry: $0.element)) }
     }
 }
 
@@ -107,18 +124,24 @@ final class ReplayAnswers: @unchecked Sendable {
     /// The entries already given, by index.
     private var used: Set<Int> = []
 
-    init(entries: [ReplayEntry], matching: HARMatching) {
-        (self.entries, self.matching) = (entries, matching)
+    private let forwarder: LiveForwarder?
+
+    init(entries: [ReplayEntry], matching: HARMatching, forwarder: LiveForwarder?) {
+        (self.entries, self.matching, self.forwarder) = (entries, matching, forwarder)
     }
 
-    /// The response of the first matching entry not used yet (the last matching one when all were), or a
-    /// ``HARReplayError/noMatch(method:url:closest:)`` naming the closest entry.
+    /// The response of the first matching entry not used yet (the last matching one when all were); without one, the
+    /// server's answer in ``HARRecordMode/newEpisodes`` mode, else a ``HARReplayError/noMatch(method:url:closest:)``
+    /// naming the closest entry.
     func response(for request: URLRequest) -> (response: StubResponse, matched: Bool) {
         let method = (request.httpMethod ?? "GET").uppercased()
         let url = request.url?.absoluteString ?? ""
         let (base, query) = ReplayEntry.key(url)
         let scored = entries.map { ($0, $0.score(method: method, base: base, query: query, request: request, matching: matching)) }
         let candidates = scored.filter { $0.1.matches }.map(\.0)
+        if candidates.isEmpty, let forwarder {
+            return (forwarder.forward(request), true)
+        }
         return lock.withLock {
             if let entry = candidates.first(where: { !used.contains($0.index) }) ?? candidates.last {
                 used.insert(entry.index)

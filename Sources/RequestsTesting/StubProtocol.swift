@@ -48,11 +48,15 @@ final class StubProtocol<Tag>: URLProtocol {
         let response =
             StubsRegistry.shared.stubs(for: ObjectIdentifier(Tag.self))?.response(for: request)
             ?? .failure(StubError(message: "The Stubs of this session were released before \(request.httpMethod ?? "GET") \(request.url?.absoluteString ?? "")."))
+        let target = WeakBox(self)
+        if let deferred = response.deferred {
+            deferred.whenReady { target.value?.delayIsOver($0, stopsAtStart: stopsNow) }
+            return
+        }
         guard response.delay > 0 else {
             deliver(response)
             return
         }
-        let target = WeakBox(self)
         DispatchQueue.global().asyncAfter(deadline: .now() + response.delay) {
             target.value?.delayIsOver(response, stopsAtStart: stopsNow)
         }
@@ -157,6 +161,31 @@ enum StubProtocolClasses {
     private static func appending0<T>(_: T.Type) -> Any.Type { Bit0<T>.self }
     private static func appending1<T>(_: T.Type) -> Any.Type { Bit1<T>.self }
     private static func protocolClass<T>(_: T.Type) -> AnyClass { StubProtocol<T>.self }
+}
+
+/// An answer not known when `startLoading` asks for it: whoever knows it calls ``give(_:)``, once, from any thread,
+/// and the stub delivers it as it delivers a delayed answer.
+final class DeferredAnswer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var answer: StubResponse?
+    private var waiter: (@Sendable (StubResponse) -> Void)?
+
+    func give(_ answer: StubResponse) {
+        let waiter: (@Sendable (StubResponse) -> Void)? = lock.withLock {
+            self.answer = answer
+            return self.waiter.take()
+        }
+        waiter?(answer)
+    }
+
+    /// Calls `waiter` with the answer when it is given (at once if it was).
+    func whenReady(_ waiter: @escaping @Sendable (StubResponse) -> Void) {
+        let ready: StubResponse? = lock.withLock {
+            if answer == nil { self.waiter = waiter }
+            return answer
+        }
+        if let ready { waiter(ready) }
+    }
 }
 
 /// Hands a stub to the delay timer. `URLProtocol` is not `Sendable`; the stub's own state is behind its lock,

@@ -15,6 +15,9 @@ public struct StubResponse: Sendable {
     public var error: (any Error)?
     /// Seconds to wait before answering. Cancelling the task during the wait delivers nothing more.
     public var delay: TimeInterval
+    /// An answer that comes later, from elsewhere (a HAR replay's request sent to the server): delivered like a
+    /// delayed one, when it is ready.
+    var deferred: DeferredAnswer?
 
     /// A response with the given status, headers and body.
     public init(status: Int = 200, headers: [String: String] = [:], body: Data = Data(), delay: TimeInterval = 0) {

@@ -167,3 +167,30 @@ extension XCTestCase {
         return "error \(error)"
     }
 }
+
+extension HARRoundTripTests {
+    func testNewEpisodesGoToTheServerAndJoinTheFile() throws {
+        let server = try LoopbackServer()
+        server.route("/known") { _ in .text("from the server") }
+        server.route("/new") { _ in .text("new from the server") }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("episodes-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let known =
+            #"{"request": {"method": "GET", "url": "\#(server.url("/known").absoluteString)"}, "#
+            + #""response": {"status": 200, "content": {"mimeType": "text/plain", "text": "from the file"}}}"#
+        try Data(#"{"log": {"entries": [\#(known)]}}"#.utf8).write(to: file)
+
+        let episodes = try HARReplay(file: file, mode: .newEpisodes)
+        let requests = [FetchData(url: server.url("/known")), FetchData(url: server.url("/new"))]
+        XCTAssertEqual(outcomes(requests, session: episodes.session, monitors: episodes.monitors), ["ok from the file", "ok new from the server"])
+        try episodes.finish()
+        XCTAssertEqual(server.requestCount(path: "/known"), 0)
+        XCTAssertEqual(server.requestCount(path: "/new"), 1)
+        server.stop()
+
+        let replay = try HARReplay(file: file, mode: .replayOnly)
+        XCTAssertEqual(outcomes(requests, session: replay.session, monitors: []), ["ok from the file", "ok new from the server"])
+        let mode = try FileManager.default.attributesOfItem(atPath: file.path)[.posixPermissions] as? NSNumber
+        XCTAssertEqual(mode?.intValue, 0o600)
+    }
+}

@@ -61,6 +61,21 @@ struct CapturedBody: Sendable {
         (self.bytes, self.size, self.omission) = (bytes, size, omission)
     }
 
+    /// What `request` sent as its body: an upload's body, or its `httpBody`.
+    static func sent(_ request: URLRequest, upload: UploadBody?, limit: Int) -> CapturedBody? {
+        switch upload {
+        case let .data(data): return CapturedBody(data, limit: limit)
+        case let .file(url): return CapturedBody(file: url, limit: limit)
+        case .multipart:
+            let length = request.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0) } ?? -1
+            return .omitted(size: length, reason: "a multipart form is not recorded")
+        case nil:
+            if let body = request.httpBody { return CapturedBody(body, limit: limit) }
+            if request.httpBodyStream != nil { return .omitted(size: -1, reason: "a body stream is not recorded") }
+            return nil
+        }
+    }
+
     /// A body that is not kept, for `reason`.
     static func omitted(size: Int, reason: String) -> CapturedBody {
         CapturedBody(bytes: Data(), size: size, omission: reason)
@@ -94,22 +109,7 @@ extension NetworkRequestOperation {
             .didExchange(
                 RecordedExchange(
                     attempt: attempt, startedDate: Date(timeIntervalSinceNow: -duration), duration: duration, metrics: metrics,
-                    requestBody: Self.sentBody(attempt.urlRequest, upload: upload, limit: limit), response: response,
+                    requestBody: CapturedBody.sent(attempt.urlRequest, upload: upload, limit: limit), response: response,
                     transportError: error, responseBody: responseBody)))
-    }
-
-    /// What `request` sent as its body: an upload's body, or its `httpBody`.
-    static func sentBody(_ request: URLRequest, upload: UploadBody?, limit: Int) -> CapturedBody? {
-        switch upload {
-        case let .data(data): return CapturedBody(data, limit: limit)
-        case let .file(url): return CapturedBody(file: url, limit: limit)
-        case .multipart:
-            let length = request.value(forHTTPHeaderField: "Content-Length").flatMap { Int($0) } ?? -1
-            return .omitted(size: length, reason: "a multipart form is not recorded")
-        case nil:
-            if let body = request.httpBody { return CapturedBody(body, limit: limit) }
-            if request.httpBodyStream != nil { return .omitted(size: -1, reason: "a body stream is not recorded") }
-            return nil
-        }
     }
 }

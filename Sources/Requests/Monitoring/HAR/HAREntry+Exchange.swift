@@ -4,6 +4,20 @@ import FoundationNetworking
 import Foundation
 
 extension HAREntry {
+    /// The entry of an exchange made outside the engine (a replay that forwards a request it has no entry for):
+    /// `request` sent, `started` at that date, answered after `duration` seconds with `response` and `body`, or with
+    /// `error` and no response.
+    package init(
+        request: URLRequest, response: HTTPURLResponse?, error: Error?, body: Data, started: Date, duration: TimeInterval, redaction: Redaction,
+        maximumBodyBytes: Int
+    ) {
+        let exchange = RecordedExchange(
+            attempt: RequestAttempt(identifier: "", number: 1, urlRequest: request), startedDate: started, duration: duration, metrics: nil,
+            requestBody: CapturedBody.sent(request, upload: nil, limit: maximumBodyBytes), response: response,
+            transportError: error, responseBody: CapturedBody(body, limit: maximumBodyBytes))
+        self.init(exchange, redaction: redaction)
+    }
+
     /// The entry of `exchange`, with what `redaction` hides replaced by its placeholder.
     init(_ exchange: RecordedExchange, redaction: Redaction) {
         let sent = exchange.attempt.urlRequest

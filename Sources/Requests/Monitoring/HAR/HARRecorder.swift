@@ -64,16 +64,27 @@ public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
 
     /// The HAR file of the entries kept now, as JSON.
     public func harData() throws -> Data {
-        let file = HARFile(log: HARLog(entries: lock.withLock { entries }))
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(file)
+        try HARFile(log: HARLog(entries: lock.withLock { entries })).data()
     }
 
     /// Writes ``harData()`` to `url` atomically, readable by this user only (mode `0600`): into a new file beside it,
     /// then renamed over it.
     public func write(to url: URL) throws {
-        let data = try harData()
+        try HARFile(log: HARLog(entries: lock.withLock { entries })).write(to: url)
+    }
+}
+
+extension HARFile {
+    /// The file as JSON, pretty-printed with sorted keys so that a committed fixture diffs well.
+    package func data() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self)
+    }
+
+    /// Writes the file to `url` atomically and with mode `0600` (see ``HARRecorder/write(to:)``).
+    package func write(to url: URL) throws {
+        let data = try data()
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString).tmp")
         try PrivateFolder.write(data, to: temporary)
         guard rename(temporary.path, url.path) == 0 else {

@@ -143,7 +143,7 @@ public struct OutboxChange: Sendable {
 }
 
 /// Why an entry left an outbox without being sent.
-public enum OutboxDropReason: Sendable, Equatable {
+public enum OutboxDropReason: Sendable, Hashable {
     /// Its ``OutboxEntry/expiresAt`` passed before the server answered.
     case expired
     /// ``Outbox/drop(_:)`` removed it.

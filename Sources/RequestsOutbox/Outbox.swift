@@ -113,7 +113,7 @@ public final class Outbox: @unchecked Sendable {
             fileStore = try OutboxFileStore(outboxDirectory: directory)
         } catch {
             journal.close()
-            throw Self.outboxError(error, directory: directory)
+            throw Self.outboxError(error, directory: directory.appendingPathComponent(OutboxFileStore.folderName, isDirectory: true))
         }
         var unreadable = 0
         var entries: [OutboxEntry] = []

@@ -242,6 +242,8 @@ case "outbox-kill": runOutboxKillCommand(Array(CommandLine.arguments.dropFirst(2
 case "outbox-files-child": runOutboxFilesChild(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-files-kill": runOutboxFilesKillCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-files-memory": runOutboxFilesMemoryCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-coalesce-child": runOutboxCoalesceChild(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-coalesce-kill": runOutboxCoalesceKillCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-drain": runOutboxDrainCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "post-keepalive": runPostKeepaliveCommand(Array(CommandLine.arguments.dropFirst(2)))

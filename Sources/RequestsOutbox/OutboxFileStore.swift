@@ -55,9 +55,6 @@ final class OutboxFileStore: @unchecked Sendable {
     /// Counts `bytes` as held by the files found on open.
     func hold(_ bytes: Int64) { lock.withLock { held += bytes } }
 
-    /// The bytes the files hold now.
-    var heldBytes: Int64 { lock.withLock { held } }
-
     /// Copies `source` into a new file of the folder and syncs it (not the folder: see ``syncFolder()``): a clone
     /// where the file system makes one, else a copy. Returns its name, size and SHA-256, read from the stored copy
     /// or while copying. The size is checked against `largest`, and the total against `total`, before any byte is
@@ -151,9 +148,6 @@ final class OutboxFileStore: @unchecked Sendable {
         }
         return names.filter { unlinkat(directory, $0, 0) == 0 }.count
     }
-
-    /// The names of the folder's files, for tests.
-    var names: [String] { (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] }
 
     // MARK: - Copying
 

@@ -180,6 +180,20 @@ final class OutboxAttachmentTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.appendingPathComponent("stray").path))
     }
 
+    func testAFilesFolderThatIsALinkIsRefusedAndNothingIsWrittenWhereItPoints() throws {
+        let folder = makeOutboxFolder(self)
+        try open(folder, suspended: true).close()
+        let elsewhere = try makeFile(self, bytes: 10, name: "victim").deletingLastPathComponent()
+        try FileManager.default.createSymbolicLink(at: folder.appendingPathComponent("files"), withDestinationURL: elsewhere)
+        XCTAssertThrowsError(try open(folder, suspended: true)) {
+            XCTAssertEqual($0 as? OutboxError, .unusableFolder(folder.appendingPathComponent("files", isDirectory: true), "it is a symbolic link"))
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path), ["victim"])
+        // The journal is usable again once the link is gone (the refused open released the folder).
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("files"))
+        try open(folder, suspended: true).close()
+    }
+
     func testTheRecordOfAnEntryWithFilesRoundTripsAndRefusesANameThatLeavesTheFolder() throws {
         var entry = OutboxEntry(
             id: 3, idempotencyKey: "k", lane: nil, requestType: "T", enqueuedAt: Date(timeIntervalSince1970: 5), expiresAt: nil,

@@ -35,7 +35,7 @@ extension RecordReader {
         default: return nil
         }
         guard let rawForm = byte(), let form = OutboxFiles.Form(rawValue: rawForm), let requestPart = string(),
-            let boundary = string(), let count = int(), (1...10_000).contains(count)
+            let boundary = string(), let count = int(), (0...10_000).contains(count)
         else { return nil }
         var files: [OutboxStoredFile] = []
         for _ in 0..<count {

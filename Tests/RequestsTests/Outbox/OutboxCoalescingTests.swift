@@ -84,6 +84,30 @@ final class OutboxCoalescingTests: XCTestCase {
         XCTAssertEqual(dropped, [two.id])
     }
 
+    func testAParkedDraftIsReplacedAndAnEmptyMultipartEntryIsReadAgain() throws {
+        let path = "outbox/\(UUID().uuidString)"
+        let statuses = ScriptedStatuses([422])
+        TestServer.shared.route("/" + path) { _ in LoopbackResponse(status: statuses.next()) }
+        let folder = makeOutboxFolder(self)
+        let outbox = try open(folder, suspended: false)
+        let changes = ChangeRecorder(outbox)
+        let parked = changes.expectation("parked") { $0.kind == .parked }
+        let first = try outbox.enqueue(PostNote(path: path, text: "draft 1"), replacing: "form")
+        wait(for: [parked], timeout: 20)
+        let sent = changes.expectation("sent") { $0.kind.isSent }
+        let second = try outbox.enqueue(PostNote(path: path, text: "draft 2"), files: .multipart([]), replacing: "form")
+        wait(for: [sent], timeout: 20)
+        XCTAssertEqual(outbox.deadLetters.count, 0)
+        XCTAssertTrue(changes.all.contains { $0.kind == .dropped(.replaced(by: second.id)) && $0.entry.id == first.id })
+        outbox.isSuspended = true
+        let third = try outbox.enqueue(PostNote(path: path, text: "draft 3"), files: .multipart([]), replacing: "form")
+        outbox.close()
+        let reopened = try open(folder, suspended: true)
+        defer { reopened.close() }
+        XCTAssertEqual(reopened.openingReport.skippedRecords, 0)
+        XCTAssertEqual(reopened.pendingEntries.map(\.id), [third.id])
+    }
+
     func testAReplacedEntrysFilesAreRemoved() throws {
         let folder = makeOutboxFolder(self)
         let outbox = try open(folder, suspended: true)

@@ -72,25 +72,6 @@ struct OutboxFilesKillSettings {
     }
 }
 
-/// One entry: a POST of a file, its seq in the query and its SHA-256 in `X-Content-SHA256`.
-struct OutboxFileNote: OutboxRequest, NoContentRequest {
-    var url: String
-    var seq: Int
-    var sha256: String
-
-    var identifier: String { "file:\(seq)" }
-    var validHTTPStatusCodes: [Int] { [200, 201, 204] }
-    var shouldEnforceNoContent: Bool { false }
-
-    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        guard let target = URL(string: "\(url)?seq=\(seq)") else { return completion(.failure(URLError(.badURL))) }
-        var request = URLRequest(url: target)
-        request.httpMethod = "POST"
-        request.setValue(sha256, forHTTPHeaderField: "X-Content-SHA256")
-        completion(.success(request))
-    }
-}
-
 /// The server's side: the SHA-256 of each body against its header; the seqs that arrived whole.
 final class OutboxFilesLedger: @unchecked Sendable {
     private let lock = NSLock()
@@ -142,7 +123,7 @@ func runOutboxFilesChild(_ arguments: [String]) -> Never {
     guard let directory = values["--dir"], let url = values["--url"], let start = values["--start"].flatMap({ Int($0) }) else {
         fail("outbox-files-child: --dir, --url and --start are required", code: 2)
     }
-    let outbox = openChildOutbox(directory, lanes: settings.lanes, requestTypes: [OutboxFileNote.self]) { $0.attemptTimeout = 60 }
+    let outbox = openChildOutbox(directory, lanes: settings.lanes, requestTypes: [OutboxPost.self]) { $0.attemptTimeout = 60 }
     let scratch = URL(fileURLWithPath: directory).deletingLastPathComponent().appendingPathComponent("scratch-\(getpid())")
     try? FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
     for seq in start..<max(start, settings.entries) {
@@ -150,7 +131,8 @@ func runOutboxFilesChild(_ arguments: [String]) -> Never {
         do {
             let sha256 = try settings.writeFile(of: seq, to: file)
             let lane = "lane-\(seq % settings.lanes)"
-            try outbox.enqueue(OutboxFileNote(url: url, seq: seq, sha256: sha256), lane: lane, files: .body(OutboxAttachment(file: file)))
+            try outbox.enqueue(
+                OutboxPost(url: "\(url)?seq=\(seq)", fields: ["X-Content-SHA256": sha256]), lane: lane, files: .body(OutboxAttachment(file: file)))
             try FileManager.default.removeItem(at: file)
         } catch {
             fail("outbox-files-child: enqueue \(seq) failed: \(error)", code: 1)
@@ -199,18 +181,9 @@ func runOutboxFilesKillCommand(_ arguments: [String]) -> Never {
         Row(
             measure: "Files left in the outbox's folder once all was sent", library: count(rounds.filesLeft.count),
             baseline: rounds.filesLeft.prefix(3).joined(separator: ", "), comparison: "", goal: "0", verdict: check(rounds.filesLeft.isEmpty)))
-    section.rows.append(
-        Row(
-            measure: "Child processes", library: rounds.failures.isEmpty ? "as expected" : rounds.failures.joined(separator: "; "), baseline: "",
-            comparison: "", goal: "killed or drained", verdict: check(rounds.failures.isEmpty)))
-    let phases = OutboxChildRun.Phase.allCases.map { "\($0.rawValue) \(count(rounds.killsByPhase[$0] ?? 0))" }.joined(separator: ", ")
+    section.rows.append(rounds.childProcessesRow)
     section.notes.append(
-        "Kills: \(phases); entries found pending on open \(count(rounds.resumed)); elapsed \(fixed(rounds.seconds, 1)) s; seed \(settings.seed).")
-    print("")
-    print(plainTextTable([section]))
-    print("Command: \(benchCommandLine())")
-    let violated = !section.violations.isEmpty
-    print(violated ? "VIOLATED: " + section.violations.joined(separator: "; ") : "Every acknowledged file arrived whole; no file left.")
-    exit(violated ? 1 : 0)
+        "Kills: \(rounds.killsByPhaseText); entries found pending on open \(count(rounds.resumed)); elapsed \(fixed(rounds.seconds, 1)) s; seed \(settings.seed).")
+    finishBenchCommand(section, success: "Every acknowledged file arrived whole; no file left.")
 }
 #endif

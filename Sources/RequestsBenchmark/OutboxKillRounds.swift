@@ -1,10 +1,46 @@
 #if os(macOS) || os(Linux)  // requests-bench runs on macOS and Linux only (see main.swift)
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Foundation
+import Requests
+import RequestsOutbox
 
 // The rounds of a kill test (outbox-kill, outbox-files-kill, outbox-coalesce-kill): child processes run one after
 // another on one outbox folder, each SIGKILLed at a random moment (2–60 ms after it starts or after it opened the
 // outbox, or after a random number of acknowledgements) and the next started with --start = the highest acknowledged
 // seq + 1, until `kills` kills have landed; the last child runs until it has drained.
+
+/// The entries of issue 48's benchmarks: a POST to `url` of `body` (none if `nil`) with the header `fields`,
+/// answered 201.
+struct OutboxPost: OutboxRequest, NoContentRequest {
+    var url: String
+    var body: String?
+    var fields: [String: String] = [:]
+
+    var identifier: String { url }
+    var validHTTPStatusCodes: [Int] { [200, 201, 204] }
+    var shouldEnforceNoContent: Bool { false }
+
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        guard let target = URL(string: url) else { return completion(.failure(URLError(.badURL))) }
+        var request = URLRequest(url: target)
+        request.httpMethod = "POST"
+        request.httpBody = body.map { Data($0.utf8) }
+        for (name, value) in fields { request.setValue(value, forHTTPHeaderField: name) }
+        completion(.success(request))
+    }
+}
+
+/// Prints `section` and the command, then `success` or the violations; exits 1 on a violation or a missed goal.
+func finishBenchCommand(_ section: Section, success: String) -> Never {
+    print("")
+    print(plainTextTable([section]))
+    print("Command: \(benchCommandLine())")
+    let failed = section.violations + section.missedGoals
+    print(failed.isEmpty ? success : "FAILED: " + failed.joined(separator: "; "))
+    exit(failed.isEmpty ? 0 : 1)
+}
 
 /// How many entries the children make, how many kills land, and the seed of the kill moments.
 struct KillRoundSettings {
@@ -30,6 +66,20 @@ struct KillRounds {
     var failures: [String] = []
     /// The outbox folder's files left after the last child drained and closed (`outbox/files`).
     var filesLeft: [String] = []
+}
+
+extension KillRounds {
+    /// The row that says whether every child was killed or drained.
+    var childProcessesRow: Row {
+        Row(
+            measure: "Child processes", library: failures.isEmpty ? "as expected" : failures.joined(separator: "; "), baseline: "",
+            comparison: "", goal: "killed or drained", verdict: failures.isEmpty ? .pass : .violated)
+    }
+
+    /// The kills in each phase, for a note.
+    var killsByPhaseText: String {
+        OutboxChildRun.Phase.allCases.map { "\($0.rawValue) \(grouped(Double(killsByPhase[$0] ?? 0)))" }.joined(separator: ", ")
+    }
 }
 
 /// When to kill a child.

@@ -173,21 +173,11 @@ final class OutboxFileStore: @unchecked Sendable {
 
     /// Copies `input` to `output`, hashing it; fails if it does not have `size` bytes (it changed meanwhile).
     private func copy(_ input: Int32, to output: Int32, size: Int64, source: URL) throws -> [UInt8] {
-        _ = fcntl(input, F_SETFL, fcntl(input, F_GETFL) & ~O_NONBLOCK)
         var hasher = SHA256()
-        var copied: Int64 = 0
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
-            let count = read(input, buffer.baseAddress, buffer.count)
-            if count < 0, errno == EINTR { continue }
-            guard count >= 0 else { throw Failure.unreadable(source, Self.describe(errno)) }
-            if count == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-            guard copied + Int64(count) <= size else { throw Failure.unreadable(source, "it grew while it was copied") }
+        let copied = try Self.read(input, unreadable: { Failure.unreadable(source, $0) }) { chunk, offset in
+            guard offset + Int64(chunk.count) <= size else { throw Failure.unreadable(source, "it grew while it was copied") }
             hasher.update(chunk)
-            try fileSystem.write(output, Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: chunk.baseAddress!), count: count, deallocator: .none), at: UInt64(copied))
-            copied += Int64(count)
+            try fileSystem.write(output, Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: chunk.baseAddress!), count: chunk.count, deallocator: .none), at: UInt64(offset))
         }
         guard copied == size else { throw Failure.unreadable(source, "it shrank while it was copied") }
         return hasher.finalize()
@@ -195,21 +185,29 @@ final class OutboxFileStore: @unchecked Sendable {
 
     /// The SHA-256 of `file`, read from its start; fails if it does not have `size` bytes.
     private func hash(_ file: Int32, expecting size: Int64) throws -> [UInt8] {
-        _ = fcntl(file, F_SETFL, fcntl(file, F_GETFL) & ~O_NONBLOCK)
         var hasher = SHA256()
-        var offset: Int64 = 0
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+        let count = try Self.read(file, unreadable: { Failure.writeFailed("read: \($0)") }) { chunk, _ in hasher.update(chunk) }
+        guard count == size else { throw Failure.writeFailed("the copy has \(count) bytes instead of \(size)") }
+        return hasher.finalize()
+    }
+
+    /// Reads `file` from its start to its end, 1 MiB at a time, handing each chunk and its offset to `body`; returns
+    /// the bytes read. A failed read throws `unreadable(description)`.
+    private static func read(
+        _ file: Int32, unreadable: (String) -> Failure, _ body: (UnsafeRawBufferPointer, Int64) throws -> Void
+    ) throws -> Int64 {
+        _ = fcntl(file, F_SETFL, fcntl(file, F_GETFL) & ~O_NONBLOCK)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
+        var offset: Int64 = 0
         while true {
             let count = pread(file, buffer.baseAddress, buffer.count, off_t(offset))
             if count < 0, errno == EINTR { continue }
-            guard count >= 0 else { throw Failure.writeFailed("read: \(Self.describe(errno))") }
-            if count == 0 { break }
-            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            guard count >= 0 else { throw unreadable(describe(errno)) }
+            if count == 0 { return offset }
+            try body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]), offset)
             offset += Int64(count)
         }
-        guard offset == size else { throw Failure.writeFailed("the copy has \(offset) bytes instead of \(size)") }
-        return hasher.finalize()
     }
 
     static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }

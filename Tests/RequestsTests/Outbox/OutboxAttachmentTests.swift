@@ -114,6 +114,20 @@ final class OutboxAttachmentTests: XCTestCase {
         XCTAssertEqual(storedFiles(folder).count, 1, "only the entry that was stored has a file")
     }
 
+    func testAnExpiredEntrysFileIsRemoved() throws {
+        let folder = makeOutboxFolder(self)
+        let outbox = try open(folder, suspended: true)
+        let changes = ChangeRecorder(outbox)
+        let expired = changes.expectation("expired") { $0.kind == .dropped(.expired) }
+        let file = try makeFile(self, bytes: 3_000, name: "old.bin")
+        try outbox.enqueue(BareNote(path: "x"), expiresAt: Date(timeIntervalSinceNow: -1), files: .body(OutboxAttachment(file: file)))
+        XCTAssertEqual(storedFiles(folder).count, 1)
+        outbox.isSuspended = false
+        wait(for: [expired], timeout: 20)
+        outbox.close()
+        XCTAssertEqual(storedFiles(folder), [])
+    }
+
     func testFilesArePrivateAndDroppingAnEntryRemovesItsFiles() throws {
         let folder = makeOutboxFolder(self)
         let outbox = try open(folder, suspended: true)

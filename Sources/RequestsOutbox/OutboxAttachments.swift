@@ -14,6 +14,10 @@ extension Outbox {
         if files.form == .body, !frozen.body.isEmpty {
             throw OutboxError.unusableAttachment(files.attachments[0].file, "the request makes a body of its own, and the file is to be the body")
         }
+        for attachment in files.attachments
+        where attachment.mimeType?.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) == true {
+            throw OutboxError.unusableAttachment(attachment.file, "its MIME type holds a line break or a NUL")
+        }
         var stored = OutboxStoredFiles(
             form: files.form, requestPart: files.requestPart, boundary: MultipartFormData.randomBoundary(), files: [])
         do {
@@ -28,7 +32,7 @@ extension Outbox {
             try fileStore.syncFolder()
         } catch {
             discard(stored)
-            throw Self.attachmentError(error, file: files.attachments.first?.file)
+            throw Self.attachmentError(error)
         }
         if files.form == .body, !frozen.fields.contains(where: { $0.name.lowercased() == "content-type" }), let type = stored.files.first?.mimeType {
             frozen.fields.append(FrozenRequest.Field(name: "Content-Type", value: type))
@@ -93,7 +97,7 @@ extension Outbox {
         "its attachment \(file.fileName) (\(OutboxFileStore.folderName)/\(file.storedName)) cannot be sent: \(problem)"
     }
 
-    private static func attachmentError(_ error: Error, file: URL?) -> OutboxError {
+    private static func attachmentError(_ error: Error) -> OutboxError {
         if let error = error as? OutboxError { return error }
         guard let failure = error as? OutboxFileStore.Failure else { return .writeFailed(OutboxVerdict.describe(error)) }
         switch failure {

@@ -90,10 +90,9 @@ final class OutboxFileStore: @unchecked Sendable {
             fileSystem.close(output)
             return (name, size, sha256)
         } catch {
-            if output >= 0 {
-                fileSystem.close(output)
-                try? fileSystem.removeFile(name, in: folder)
-            }
+            if output >= 0 { fileSystem.close(output) }
+            // The name is new and random: whatever is under it (a clone whose open failed, a partial copy) is ours.
+            if folder >= 0 { try? fileSystem.removeFile(name, in: folder) }
             lock.withLock { held -= size }
             if let failure = error as? Failure { throw failure }
             throw Failure.writeFailed(OutboxVerdict.describe(error))

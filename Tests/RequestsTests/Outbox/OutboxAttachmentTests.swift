@@ -110,6 +110,10 @@ final class OutboxAttachmentTests: XCTestCase {
         XCTAssertThrowsError(try outbox.enqueue(PostNote(path: "x", text: "t"), files: .body(OutboxAttachment(file: small)))) {
             guard case .unusableAttachment = $0 as? OutboxError else { return XCTFail("\($0)") }
         }
+        let injected = OutboxAttachment(file: small, mimeType: "image/png\r\nX-Injected: 1")
+        XCTAssertThrowsError(try outbox.enqueue(BareNote(path: "x"), files: .multipart([injected]))) {
+            guard case .unusableAttachment = $0 as? OutboxError else { return XCTFail("\($0)") }
+        }
         XCTAssertEqual(outbox.pendingCount, 1)
         XCTAssertEqual(storedFiles(folder).count, 1, "only the entry that was stored has a file")
     }

@@ -55,10 +55,11 @@ extension Outbox {
         leaving.forEach(discard)
     }
 
-    /// What is wrong with one of `files` (read whole: size and SHA-256), as a dead letter's reason; `nil` if nothing.
-    func problem(with files: OutboxStoredFiles) -> String? {
+    /// What is wrong with one of `files` (its type and size; if `reading`, its SHA-256 too, reading it whole), as a
+    /// dead letter's reason; `nil` if nothing.
+    func problem(with files: OutboxStoredFiles, reading: Bool) -> String? {
         for file in files.files {
-            if let problem = fileStore.problem(with: file.storedName, size: file.size, sha256: file.digest) {
+            if let problem = fileStore.problem(with: file.storedName, size: file.size, sha256: reading ? file.digest : nil) {
                 return Self.describe(file, problem)
             }
         }

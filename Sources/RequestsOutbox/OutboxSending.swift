@@ -36,12 +36,17 @@ extension Outbox {
             // Found on disk: its files are read whole once, off the caller's thread, before its first attempt.
             return DispatchQueue.global().async { [weak self] in
                 guard let self else { return }
-                if let problem = self.problem(with: files) {
+                if let problem = self.problem(with: files, reading: true) {
                     return self.conclude(id, .verdict(.permanent(.failed(problem), nil)))
                 }
                 _ = self.lock.withLock { self.checkedFiles.insert(id) }
                 self.send(type, entry, made: made)
             }
+        }
+        // Before every attempt: each file is still a regular file of its size, not a link put in its place (the
+        // upload opens it by its path).
+        if let files = entry.files, let problem = problem(with: files, reading: false) {
+            return conclude(id, .verdict(.permanent(.failed(problem), nil)))
         }
         send(type, entry, made: made)
     }

@@ -198,6 +198,28 @@ final class OutboxAttachmentTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: files.appendingPathComponent("stray").path))
     }
 
+    /// A link put in place of a stored file after enqueue is found before the attempt: the entry is parked, and
+    /// the bytes the link points to are never sent.
+    func testALinkPutInPlaceOfAStoredFileParksTheEntryUnsent() throws {
+        let path = "outbox/\(UUID().uuidString)"
+        let server = FingerprintingServer(refusals: 0)
+        TestServer.shared.route("/" + path) { server.handle($0) }
+        let folder = makeOutboxFolder(self)
+        let outbox = try open(folder, suspended: true)
+        defer { outbox.close() }
+        let entry = try outbox.enqueue(BareNote(path: path), files: .body(OutboxAttachment(file: try makeFile(self, bytes: 1_000, name: "a.bin"))))
+        let stored = folder.appendingPathComponent("files").appendingPathComponent(entry.attachments[0].storedName)
+        try FileManager.default.removeItem(at: stored)
+        try FileManager.default.createSymbolicLink(at: stored, withDestinationURL: try makeFile(self, bytes: 1_000, name: "secret.bin"))
+        let changes = ChangeRecorder(outbox)
+        let parked = changes.expectation("parked") { $0.kind == .parked }
+        outbox.isSuspended = false
+        wait(for: [parked], timeout: 20)
+        XCTAssertEqual(server.bodies.count, 0)
+        guard case let .failed(reason)? = outbox.deadLetters.first?.deadLetter?.reason else { return XCTFail("not parked") }
+        XCTAssertTrue(reason.contains("cannot be opened"), reason)
+    }
+
     func testAFilesFolderThatIsALinkIsRefusedAndNothingIsWrittenWhereItPoints() throws {
         let folder = makeOutboxFolder(self)
         try open(folder, suspended: true).close()

@@ -112,6 +112,7 @@ struct LibCurl: @unchecked Sendable {
         // Options: long (0 + n), pointer (10000 + n), function (20000 + n), curl_off_t (30000 + n).
         static let writeData: Int32 = 10001
         static let url: Int32 = 10002
+        static let proxy: Int32 = 10004  // CURLOPT_PROXY: "" goes direct, whatever the environment says
         static let readData: Int32 = 10009
         static let writeFunction: Int32 = 20011
         static let readFunction: Int32 = 20012

@@ -122,7 +122,7 @@ final class CurlTransfer: @unchecked Sendable {
             finish(.unsupportedURL, curl: curl)
             return nil
         }
-        guard let easy = curl.easyInit() else {
+        guard let easy = loop.takeHandle() else {
             finish(.cannotLoadFromNetwork, curl: curl)
             return nil
         }
@@ -221,7 +221,8 @@ final class CurlTransfer: @unchecked Sendable {
             var connections = 0
             if curl.easyGetInfo(easy, LibCurl.Code.connectionsMade, &connections) == 0 { reusedConnection = connections == 0 }
             if connections > 0 { connectionPhases = Self.phases(of: easy, curl: curl) }
-            curl.easyCleanup(easy)
+            // Out of the multi handle by now, on the loop's thread (only a started transfer has a handle).
+            if let loop { loop.giveBack(easy) } else { curl.easyCleanup(easy) }
         }
         easy = nil
         if let headerList { curl.slistFreeAll(headerList) }

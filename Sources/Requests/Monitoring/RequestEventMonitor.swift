@@ -142,9 +142,19 @@ public struct TransferMetrics: Sendable, Hashable {
     public var bytesReceived: Int64 = 0
     /// Redirects the attempt followed.
     public var redirectCount = 0
-    /// Whether the connection had served an earlier request: known on Apple platforms (from the task's metrics);
-    /// `nil` on Linux, where nothing reports it.
+    /// Whether the connection had served an earlier request: known on Apple platforms (from the task's metrics) and
+    /// on Linux's libcurl transport; `nil` on Linux's URLSession, where nothing reports it.
     public var isReusedConnection: Bool?
+    /// Seconds the host name took to resolve, for an attempt that opened its connection; `nil` on a reused
+    /// connection, and where the transport does not say (Linux's URLSession). From the task's metrics on Apple
+    /// platforms, from libcurl's timings on Linux's libcurl transport.
+    public var domainLookupDuration: TimeInterval?
+    /// Seconds from the resolved address to the TCP connection (for `https`, before the TLS handshake), for an
+    /// attempt that opened its connection; `nil` as for ``domainLookupDuration``.
+    public var connectDuration: TimeInterval?
+    /// Seconds of the TLS handshake, for an `https` attempt that opened its connection; `nil` otherwise, and as for
+    /// ``domainLookupDuration``.
+    public var secureConnectionDuration: TimeInterval?
 
     /// Metrics with the given values.
     public init(
@@ -156,5 +166,29 @@ public struct TransferMetrics: Sendable, Hashable {
         self.bytesReceived = bytesReceived
         self.redirectCount = redirectCount
         self.isReusedConnection = isReusedConnection
+    }
+}
+
+extension TransferMetrics {
+    /// How an attempt's connection was opened, in seconds (see ``TransferMetrics/domainLookupDuration``).
+    struct ConnectionPhases: Hashable {
+        var domainLookup: TimeInterval?
+        var connect: TimeInterval?
+        var secureConnection: TimeInterval?
+
+        /// The phases a URLSession task's last transaction reports (`nil` when it reused its connection).
+        init(_ transaction: URLSessionTaskTransactionMetrics) {
+            func seconds(_ start: Date?, _ end: Date?) -> TimeInterval? {
+                guard let start, let end else { return nil }
+                return max(end.timeIntervalSince(start), 0)
+            }
+            domainLookup = seconds(transaction.domainLookupStartDate, transaction.domainLookupEndDate)
+            connect = seconds(transaction.connectStartDate, transaction.secureConnectionStartDate ?? transaction.connectEndDate)
+            secureConnection = seconds(transaction.secureConnectionStartDate, transaction.secureConnectionEndDate)
+        }
+
+        init(domainLookup: TimeInterval?, connect: TimeInterval?, secureConnection: TimeInterval?) {
+            (self.domainLookup, self.connect, self.secureConnection) = (domainLookup, connect, secureConnection)
+        }
     }
 }

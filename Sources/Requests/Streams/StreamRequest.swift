@@ -35,8 +35,9 @@ public protocol StreamRequest: NetworkRequest where Success == StreamSummary {
     var reconnectPolicy: ReconnectPolicy? { get }
 
     /// The most the consumer may lag behind the server, in bytes; past it, the stream fails with
-    /// ``StreamError/consumerTooSlow(bufferSize:)`` (a transfer cannot be held back on Linux; see
-    /// ``StreamRequestOperation``). Default: ``defaultBufferSize``.
+    /// ``StreamError/consumerTooSlow(bufferSize:)`` (URLSession cannot hold a transfer back on Linux; see
+    /// ``StreamRequestOperation``). On Linux's opt-in libcurl transport the transfer is paused instead, before the lag
+    /// passes this size, and the stream does not fail. Default: ``defaultBufferSize``.
     ///
     /// Only the consumer's own lag counts: the bytes that arrive while the consumer holds the stream (its handler
     /// runs, or a `for try await` loop has not taken the elements offered to it, half this size of them), at most a

@@ -96,6 +96,41 @@ final class TransferMetricsTests: XCTestCase {
         }
     }
 
+    func testAnAttemptThatOpensItsConnectionSaysHowAndOneThatReusesItDoesNot() throws {
+        // Given a session of its own, so that its first request opens a connection and its second reuses it
+        let session = URLSession(configuration: .ephemeral)
+        defer { session.finishTasksAndInvalidate() }
+        func metrics() throws -> TransferMetrics {
+            let log = TaskLog()
+            let queue = OperationQueue()
+            queue.requestPolicies = RequestPolicies(monitors: [log])
+            queue.addRequest(PolicyRequest(url: server.url("/json")), session: session) { _ in }
+            queue.waitUntilAllOperationsAreFinished()
+            return try XCTUnwrap(log.summary?.metrics)
+        }
+        let (first, second) = (try metrics(), try metrics())
+        if isOnCurl(session) {
+            // Then libcurl's timings give the phases of the first (plain http: no TLS handshake), none of the second
+            XCTAssertEqual(first.isReusedConnection, false)
+            XCTAssertNotNil(first.domainLookupDuration)
+            let connect = try XCTUnwrap(first.connectDuration)
+            XCTAssertLessThanOrEqual(connect, try XCTUnwrap(first.timeToFirstByte))
+            XCTAssertNil(first.secureConnectionDuration)
+            XCTAssertEqual(second.isReusedConnection, true)
+            XCTAssertNil(second.domainLookupDuration)
+            XCTAssertNil(second.connectDuration)
+        } else {
+            #if canImport(FoundationNetworking)
+            // (Foundation on Linux gathers no task metrics)
+            XCTAssertNil(first.connectDuration)
+            XCTAssertNil(second.connectDuration)
+            #else
+            XCTAssertNotNil(first.connectDuration)
+            XCTAssertNil(second.connectDuration)
+            #endif
+        }
+    }
+
     func testTimeToFirstByteCoversTheServersWaitAndADownloadCountsItsFile() throws {
         // Given a response whose headers come after 200 ms
         let log = TaskLog()

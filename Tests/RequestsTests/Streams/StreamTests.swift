@@ -15,6 +15,7 @@ struct StreamOf<D: StreamDecoder>: StreamRequest {
     var ownLimits: TransferLimits? = .stream
     var ownBufferSize = 8 * 1024 * 1024
     var ownRetryPolicy: RetryPolicy?
+    var timeout: TimeInterval = 30
     var identifier: String { url.absoluteString }
     var reconnectPolicy: ReconnectPolicy? { policy }
     var limits: TransferLimits? { ownLimits }
@@ -22,7 +23,7 @@ struct StreamOf<D: StreamDecoder>: StreamRequest {
     var retryPolicy: RetryPolicy? { ownRetryPolicy }
     func makeDecoder() -> D { decoder() }
     func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
-        completion(.success(URLRequest(url: url, timeoutInterval: 30)))
+        completion(.success(URLRequest(url: url, timeoutInterval: timeout)))
     }
 }
 
@@ -408,6 +409,7 @@ final class StreamTests: XCTestCase {
     }
 
     func testAConsumerThatFallsBehindFailsTheStreamInsteadOfGrowingMemory() throws {
+        try XCTSkipIf(isOnCurl(testSession), "libcurl pauses the transfer instead: StreamBackpressureTests")
         // Given a body of 64 MiB at 32 MB/s and a handler that takes 20 ms a chunk (paced, so that the cancel that
         // follows the failure meets the body in its middle, not as it ends: Foundation on Linux can crash then)
         let request = StreamOf(url: server.url("/trickle/67108864?chunk=65536&interval=2"), decoder: { DataChunkDecoder() }, ownBufferSize: 1024 * 1024)

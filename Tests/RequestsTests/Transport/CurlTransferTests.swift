@@ -174,17 +174,17 @@ final class CurlTransferTests: XCTestCase {
         func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse) {
             lock.withLock { state.response = response }
         }
-        func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool {
+        func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) -> Bool {
             let (take, tell): (Bool, Bool) = lock.withLock {
-                guard pausing, !state.body.isEmpty else { return (true, false) }
+                guard pausing, !state.body.isEmpty else {
+                    state.body.append(data)
+                    return (true, false)
+                }
                 defer { pauseTold = true }
                 return (false, !pauseTold)
             }
             if tell { paused.signal() }
             return take
-        }
-        func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) {
-            lock.withLock { state.body.append(data) }
         }
         func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?) {
             lock.withLock {

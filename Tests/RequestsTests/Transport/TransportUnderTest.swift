@@ -8,7 +8,7 @@ import Foundation
 /// see `Transport`): some expectations differ there, where libcurl behaves as Apple's URLSession does.
 func isOnCurl(_ session: URLSession) -> Bool {
     #if os(Linux)
-    return CurlSessions.carries(URLRequest(url: URL(string: "http://127.0.0.1/")!), on: session)
+    return CurlSessions.loop(for: session, request: URLRequest(url: URL(string: "http://127.0.0.1/")!)) != nil
     #else
     return false
     #endif

@@ -125,9 +125,10 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         enqueue(.response(response, transfer), started: true)
     }
 
-    /// The next bytes of the body (called on the session's queue); returns whether they are still wanted.
-    func streamDidReceive(_ data: Data) -> Bool {
-        enqueue(.bytes(data), bytes: data.count)
+    /// The next bytes of the body (called on the session's queue): taken, refused (the stream wants no more), or, from
+    /// a transport that can pause (`mayHold`), held back while the consumer is behind (see `StreamPump`).
+    func streamDidReceive(_ data: Data, from transfer: StreamSink, mayHold: Bool) -> StreamIntake {
+        enqueue(.bytes(data), bytes: data.count, holdingBackFor: mayHold ? transfer : nil)
     }
 
     /// The connection ended: after its elements (if it streamed), or as any request's attempt ends.
@@ -280,7 +281,7 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 /// the operation's generic type.
 protocol StreamCallbacks: AnyObject, Sendable {
     func streamDidStart(_ response: HTTPURLResponse, transfer: StreamSink)
-    func streamDidReceive(_ data: Data) -> Bool
+    func streamDidReceive(_ data: Data, from transfer: StreamSink, mayHold: Bool) -> StreamIntake
     func pump()
     func consumerCaughtUp()
     func fail(with error: Error)

@@ -107,6 +107,19 @@ final class StreamState {
         return true
     }
 
+    /// The stream's transfer, while a transport that can pause holds its body back (see `StreamPump`).
+    var pausedTransfer: StreamSink?
+
+    /// Whether a transport that can pause is to hold back `bytes`: when taking them would make the consumer's lag
+    /// (with the bytes `offered` and not taken) pass the buffer size, as ``admitsArrival(of:offered:)`` counts it, or
+    /// the inbox hold more than its memory limit. A piece is always taken while the inbox is empty and the consumer
+    /// does not hold the pump, so that any piece size gets through.
+    func shouldHoldBack(_ bytes: Int, offered: () -> Int) -> Bool {
+        let cost = bytes + Self.inputOverhead
+        if consumerHoldsPump, consumerLag + max(min(cost, holdShare - holdBytes), 0) + offered() > bufferSize { return true }
+        return inbox.memoryBytes > 0 && inbox.memoryBytes + cost > memoryLimit
+    }
+
     /// Whether the consumer holds the pump: bytes that arrive now are the consumer's lag.
     var consumerHoldsPump: Bool {
         isParked || isInConsumer

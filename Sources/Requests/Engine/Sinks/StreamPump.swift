@@ -12,6 +12,8 @@ extension StreamRequestOperation {
     /// What became of an input handed to the stream.
     private enum Admission {
         case queued(startPump: Bool)
+        /// Held back: the transport pauses until the pump has caught up.
+        case heldBack
         /// The stream has its outcome, or is failing: it takes nothing more.
         case refused
         /// The consumer's lag passed the buffer size: the stream fails.
@@ -22,10 +24,19 @@ extension StreamRequestOperation {
 
     /// Queues `input` for the pump, and starts the pump unless it runs; fails the stream when the consumer lags by
     /// more than the buffer size. Returns whether the stream still takes input.
+    ///
+    /// Bytes from a transport that can pause (`holdingBackFor`, libcurl's) are held back instead, before the consumer's
+    /// lag would pass the buffer size or the inbox its memory limit: the transport pauses, and the pump resumes it once
+    /// it has emptied the inbox. So on such a transport a slow consumer slows the server down (TCP's own flow control)
+    /// and the stream neither fails as too slow nor spills to disk.
     @discardableResult
-    func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false) -> Bool {
+    func enqueue(_ input: StreamInput, bytes: Int = 0, started: Bool = false, holdingBackFor transfer: StreamSink? = nil) -> StreamIntake {
         let admission: Admission = withLock {
             guard !isCompletedUnderLock, !stream.hasOverflowed else { return .refused }
+            if let transfer, stream.shouldHoldBack(bytes, offered: { sink?.offeredBytes() ?? 0 }) {
+                stream.pausedTransfer = transfer
+                return .heldBack
+            }
             if started { stream.hasStarted = true }
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
@@ -44,19 +55,21 @@ extension StreamRequestOperation {
         let streamCallbacks = self.streamCallbacks
         switch admission {
         case .refused:
-            return false
+            return .refused
+        case .heldBack:
+            return .heldBack
         case let .overflowed(bufferSize):
             // Off the session's queue: the completion runs the monitors.
             DispatchQueue.global().async { streamCallbacks.fail(with: StreamError.consumerTooSlow(bufferSize: bufferSize)) }
-            return false
+            return .refused
         case let .failed(error):
             DispatchQueue.global().async { streamCallbacks.fail(with: error) }
-            return false
+            return .refused
         case let .queued(startPump):
             if startPump {
                 pumpQueue.async { streamCallbacks.pump() }
             }
-            return true
+            return .taken
         }
     }
 
@@ -103,7 +116,9 @@ extension StreamRequestOperation {
                 switch stream.inbox.popFirst() {
                 case nil:
                     stream.isPumping = false
-                    return .stop(then: nil)
+                    // Caught up: a transport held back (see `enqueue`) goes on.
+                    guard let paused = stream.pausedTransfer.take() else { return .stop(then: nil) }
+                    return .stop(then: { paused.resumeTransport() })
                 case let .input(input)?:
                     return .process(input)
                 case let .spilled(count)?:
@@ -239,6 +254,15 @@ struct ElementSink<Element> {
         flush = { buffer.flush() }
         runsConsumer = false
     }
+}
+
+/// What became of a piece of a stream's body handed to its operation.
+enum StreamIntake {
+    case taken
+    /// The stream wants no more: it has its outcome, or is failing.
+    case refused
+    /// Not taken, to be offered again: the consumer is behind, and the transport pauses meanwhile.
+    case heldBack
 }
 
 /// What the session hands a stream, in order.

@@ -33,30 +33,50 @@ final class StreamSink: TransferSink, @unchecked Sendable {
     }
 
     override func didReceive(_ data: Data) {
-        moved(Int64(data.count))
-        let received = receiving { () -> (fullErrorBody: Data?, tooLarge: Bool, wanted: Bool)? in
+        _ = take(data, mayHold: false)
+    }
+
+    /// A transport that can pause (libcurl) offers each piece: the stream holds it back (`false`) rather than fail
+    /// when the consumer is behind, and resumes the transport once the consumer has caught up (see `StreamPump`).
+    override func offer(_ data: Data) -> Bool {
+        take(data, mayHold: true)
+    }
+
+    /// Hands `data` on; returns `false` only when it is held back (`mayHold`), and then nothing of it is counted.
+    private func take(_ data: Data, mayHold: Bool) -> Bool {
+        let received = receiving { () -> (fullErrorBody: Data?, tooLarge: Bool, intake: StreamIntake)? in
             guard isStreaming else {
                 let room = Self.errorBodyLimit - bufferedBody.count
                 bufferedBody.append(data.prefix(room))
-                return (data.count >= room ? bufferedBody : nil, false, true)
+                return (data.count >= room ? bufferedBody : nil, false, .taken)
             }
-            streamed += Int64(data.count)
-            let tooLarge = rules.limits.maximumBodySize.map { streamed > $0 } ?? false
+            let tooLarge = rules.limits.maximumBodySize.map { streamed + Int64(data.count) > $0 } ?? false
             // Handed over under the lock, so that no chunk can follow the end of an attempt that a rule stopped from
             // another thread (the minimum-speed watchdog).
-            return (nil, tooLarge, !tooLarge && streamCallbacks?.streamDidReceive(data) == true)
+            let intake = tooLarge ? .refused : streamCallbacks?.streamDidReceive(data, from: self, mayHold: mayHold) ?? .refused
+            if intake != .heldBack { streamed += Int64(data.count) }
+            return (nil, tooLarge, intake)
         }
-        guard let (fullErrorBody, tooLarge, wanted) = received else { return }
+        guard let (fullErrorBody, tooLarge, intake) = received else {
+            moved(Int64(data.count))
+            return true
+        }
+        if intake == .heldBack {
+            holdsBack()
+            return false
+        }
+        moved(Int64(data.count))
         if let fullErrorBody {
             // An error body that goes on and on is not waited for.
             stop(keeping: .data(fullErrorBody))
         } else if tooLarge, let limit = rules.limits.maximumBodySize {
             stop(with: TransferLimitError.responseTooLarge(limit: limit))
-        } else if !wanted {
+        } else if intake == .refused {
             // A stream that has its outcome wants no more. Its operation has cancelled the task; if Linux ignored that
             // cancel (one that comes too early), the bytes that keep coming cancel it again, so that it does not run
             // on for nobody.
             abandon()
         }
+        return true
     }
 }

@@ -124,7 +124,10 @@ class TransferSink: @unchecked Sendable {
 
     /// Counts what the session reports: body bytes sent (a running total) and received, the response's arrival,
     /// whether the connection was reused. Called before the subclass's callback.
-    final func measure(sentTotal: Int64? = nil, received: Int? = nil, arrived response: URLResponse? = nil, reusedConnection: Bool? = nil) {
+    final func measure(
+        sentTotal: Int64? = nil, received: Int? = nil, arrived response: URLResponse? = nil, reusedConnection: Bool? = nil,
+        connection phases: TransferMetrics.ConnectionPhases? = nil
+    ) {
         lock.withLock {
             if let sentTotal { metrics.bytesSent = max(metrics.bytesSent, sentTotal) }
             if let received { metrics.bytesReceived += Int64(received) }
@@ -133,6 +136,10 @@ class TransferSink: @unchecked Sendable {
                 if metrics.timeToFirstByte == nil, let startTime { metrics.timeToFirstByte = secondsSince(startTime) }
             }
             if let reusedConnection { metrics.isReusedConnection = reusedConnection }
+            if let phases {
+                (metrics.domainLookupDuration, metrics.connectDuration) = (phases.domainLookup, phases.connect)
+                metrics.secureConnectionDuration = phases.secureConnection
+            }
         }
     }
 
@@ -146,6 +153,25 @@ class TransferSink: @unchecked Sendable {
 
     func didSend(total: Int64, expected: Int64) {}
     func didReceive(_ data: Data) {}
+
+    /// A piece of the body from a transport that can keep it and pause (libcurl): handed over as by
+    /// ``didReceive(_:)`` and `true`, or `false` when the stream's consumer is behind. The transport then pauses, and
+    /// offers the same piece again after ``resumeTransport()``.
+    func offer(_ data: Data) -> Bool {
+        didReceive(data)
+        return true
+    }
+
+    /// Lets a transport paused by ``offer(_:)`` go on. While it is paused, the speed window waits (the consumer, not
+    /// the network, is slow).
+    final func resumeTransport() {
+        lock.withLock { task }?.resumeReceiving()
+    }
+
+    /// Called when ``offer(_:)`` holds a piece back: the minimum speed is not measured while the consumer is behind.
+    final func holdsBack() {
+        lock.withLock { windowStart = nil }
+    }
     /// Hands over the ``bufferedBody``.
     func didComplete(response: URLResponse?, error: Error?) {
         let body = lock.withLock { () -> Data in

@@ -257,7 +257,8 @@ final class TransferSession: NSObject, URLSessionDataDelegate, @unchecked Sendab
     /// Apple platforms deliver the task's metrics before its completion; Linux gathers none. The caller's session
     /// delegate gets them too, as it would without Requests.
     func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {
-        handler(for: task)?.measure(reusedConnection: metrics.transactionMetrics.last?.isReusedConnection)
+        let last = metrics.transactionMetrics.last
+        handler(for: task)?.measure(reusedConnection: last?.isReusedConnection, connection: last.map(TransferMetrics.ConnectionPhases.init))
         CallerDelegate(base)?.collected(metrics, of: task)
     }
 

@@ -15,6 +15,9 @@ protocol TransportTask: AnyObject {
     var response: URLResponse? { get }
     /// The task, for ``RequestEventMonitor/requestDidCreateTask(_:task:)``; `nil` for a transfer that has none.
     var sessionTask: URLSessionTask? { get }
+    /// Goes on receiving after the sink held a piece back (``TransferSink/offer(_:)``); a transport that never pauses
+    /// has nothing to do.
+    func resumeReceiving()
 }
 
 extension URLSessionTask: TransportTask {
@@ -23,4 +26,7 @@ extension URLSessionTask: TransportTask {
     }
 
     var sessionTask: URLSessionTask? { self }
+
+    /// URLSession hands every piece over as it comes (``TransferSink/didReceive(_:)``): it never pauses.
+    func resumeReceiving() {}
 }

@@ -63,8 +63,8 @@ struct ResponseHead {
         let (valueFrom, valueTo) = Self.trimmed(bytes, colon + 1, end)
         let name = Self.text(bytes, nameFrom, nameTo)
         let value = Self.text(bytes, valueFrom, valueTo)
-        if !setsCookie, Self.sameName(name, "Set-Cookie") { setsCookie = true }
-        if let index = fields.firstIndex(where: { Self.sameName($0.name, name) }) {
+        if !setsCookie, name.equalsIgnoringASCIICase("Set-Cookie") { setsCookie = true }
+        if let index = fields.firstIndex(where: { $0.name.equalsIgnoringASCIICase(name) }) {
             fields[index].value += ", " + value
             last = index
         } else {
@@ -92,12 +92,6 @@ struct ResponseHead {
         while from < to, bytes[from] == UInt8(ascii: " ") || bytes[from] == UInt8(ascii: "\t") { from += 1 }
         while to > from, bytes[to - 1] == UInt8(ascii: " ") || bytes[to - 1] == UInt8(ascii: "\t") { to -= 1 }
         return (from, to)
-    }
-
-    /// Whether two field names are the same, ignoring ASCII case.
-    private static func sameName(_ first: String, _ second: String) -> Bool {
-        first.utf8.count == second.utf8.count
-            && zip(first.utf8, second.utf8).allSatisfy { $0 == $1 || ($0 | 0x20 == $1 | 0x20 && ($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7A) }
     }
 }
 #endif

@@ -7,43 +7,43 @@ import Foundation
 /// One ``CurlLoop`` per caller session, so that sessions share no connection (nor the cookies and credentials that
 /// ride on one); a loop stops once its session has been released and another session needs one.
 enum CurlSessions {
-    /// Whether the caller opted in (see ``Transport``).
-    static let isChosen = ProcessInfo.processInfo.environment["REQUESTS_TRANSPORT"] == "curl"
 
+    /// A session's loop, or `nil` for a session that libcurl never carries (see ``loop(for:request:)``).
     private struct Entry {
         weak var base: URLSession?
-        let loop: CurlLoop
+        let loop: CurlLoop?
     }
 
     private static let lock = NSLock()
     nonisolated(unsafe) private static var loops: [ObjectIdentifier: Entry] = [:]
 
-    /// Whether `request` on `session` goes on libcurl (see ``Transport``).
-    static func carries(_ request: URLRequest, on session: URLSession) -> Bool {
-        guard isChosen, LibCurl.shared != nil, request.httpBodyStream == nil,
-            let url = request.url, let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            url.user == nil, url.password == nil,
-            session.delegate == nil, hasOnlyFoundationProtocols(session.configuration), !hasCredentials(session.configuration)
-        else { return false }
-        return true
-    }
-
-    /// The loop for `request` on `session`, or `nil` when it goes through URLSession (see ``Transport``).
+    /// The loop for `request` on `session`, or `nil` when it goes through URLSession (see ``Transport``). What
+    /// depends on the session alone (its delegate, its protocol classes) is decided at its first request, as
+    /// URLSession itself reads its configuration once; what depends on the request, and the session's credential
+    /// storage, which can change, at each request.
     static func loop(for session: URLSession, request: URLRequest) -> CurlLoop? {
-        guard carries(request, on: session) else { return nil }
+        guard LinuxTransport.current == .libcurl, request.httpBodyStream == nil, let url = request.url, isHTTP(url), url.user == nil,
+            url.password == nil
+        else { return nil }
         let key = ObjectIdentifier(session)
         let (loop, released): (CurlLoop?, [CurlLoop]) = lock.withLock {
             if let entry = loops[key], entry.base === session { return (entry.loop, []) }
             let gone = loops.filter { $0.value.base == nil }
             gone.keys.forEach { loops[$0] = nil }
-            guard let loop = CurlLoop(maximumConnectionsPerHost: session.configuration.httpMaximumConnectionsPerHost) else {
-                return (nil, gone.values.map(\.loop))
-            }
+            let carries = LibCurl.shared != nil && session.delegate == nil && hasOnlyFoundationProtocols(session.configuration)
+            let loop = carries ? CurlLoop(maximumConnectionsPerHost: session.configuration.httpMaximumConnectionsPerHost) : nil
             loops[key] = Entry(base: session, loop: loop)
-            return (loop, gone.values.map(\.loop))
+            return (loop, gone.values.compactMap(\.loop))
         }
         if !released.isEmpty { DispatchQueue.global().async { released.forEach { $0.stop() } } }
+        guard let loop, !hasCredentials(session.configuration) else { return nil }
         return loop
+    }
+
+    /// Whether `url` is `http` or `https`, in any case.
+    private static func isHTTP(_ url: URL) -> Bool {
+        guard let scheme = url.scheme else { return false }
+        return scheme.equalsIgnoringASCIICase("http") || scheme.equalsIgnoringASCIICase("https")
     }
 
     /// Whether the session's storage holds credentials, which URLSession answers challenges with (libcurl would not).

@@ -27,6 +27,8 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
     /// The 3xx of a redirect to rule on once it ends, and its body so far (loop thread).
     private var redirect: (response: HTTPURLResponse, location: URL)?
     private var redirectBody = Data()
+    /// The bytes of the piece the sink held back, offered again once the transfer resumes (loop thread).
+    private var heldBack = 0
 
     /// Whether the first transfer sends a body of the operation's (an upload's, see `SentBody`).
     private let sendsUploadBody: Bool
@@ -66,6 +68,11 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
         if lock.withLock({ stopped }) { loop.cancel(transfer) }
     }
 
+    func resumeReceiving() {
+        let transfer: CurlTransfer? = lock.withLock { resumed && !stopped ? current : nil }
+        if let transfer { loop.resume(transfer) }
+    }
+
     func stop(after delay: TimeInterval?) {
         let (transfer, wasResumed): (CurlTransfer, Bool) = lock.withLock {
             stopped = true
@@ -102,21 +109,23 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
         _ = sink.shouldAccept(response)
     }
 
-    func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool { true }
-
     func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64) {
         sink.measure(sentTotal: total)
         sink.didSend(total: total, expected: expected)
     }
 
-    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) {
+    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) -> Bool {
         if redirect != nil {
             redirectBody.append(data)
             if redirectBody.count > Self.heldRedirectBody { loop.cancel(transfer, code: .cannotLoadFromNetwork) }
-            return
+            return true
         }
-        sink.measure(received: data.count)
-        sink.didReceive(data)
+        // Counted before it is handed over, as `TransferSession` does (a limit it breaks ends the metrics with it); a
+        // piece offered again after a pause starts with the one held back, counted already.
+        sink.measure(received: max(data.count - heldBack, 0))
+        // A stream whose consumer is behind holds the piece back: the transfer pauses until `resumeReceiving`.
+        heldBack = sink.offer(data) ? 0 : max(data.count, heldBack)
+        return heldBack == 0
     }
 
     func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?) {
@@ -125,10 +134,10 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
             let body = redirectBody
             redirectBody = Data()
             // The ruling may run user code (a policy, the monitors): never on the loop's thread.
-            DispatchQueue.global().async { self.rule(response, to: location, from: transfer.original, body: body) }
+            DispatchQueue.global().async { self.rule(response, to: location, from: transfer.request, body: body) }
             return
         }
-        sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection)
+        sink.measure(sentTotal: transfer.bytesSent, reusedConnection: transfer.reusedConnection, connection: transfer.connectionPhases)
         let reported = sink.reported(error)
         if !sink.resendsAfterLostConnection(reported) {
             sink.didComplete(response: transfer.response, error: reported)

@@ -10,10 +10,9 @@ protocol CurlTransferClient: AnyObject {
     /// `total` body bytes have been handed to libcurl, of `expected` (-1 when unknown).
     func curlTransfer(_ transfer: CurlTransfer, didSend total: Int64, expected: Int64)
     func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse)
-    /// Whether the client takes more of the body now. When it does not, the transfer pauses (libcurl keeps the piece
-    /// and stops reading the socket) until ``CurlLoop/resume(_:)``.
-    func curlTransferCanTakeData(_ transfer: CurlTransfer) -> Bool
-    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data)
+    /// A piece of the body; `false` when the client does not take it now. The transfer then pauses (libcurl keeps the
+    /// piece and stops reading the socket) and offers the same piece again after ``CurlLoop/resume(_:)``.
+    func curlTransfer(_ transfer: CurlTransfer, didReceive data: Data) -> Bool
     /// `nil` when the response arrived whole.
     func curlTransfer(_ transfer: CurlTransfer, didCompleteWith error: URLError?)
 }
@@ -22,11 +21,14 @@ protocol CurlTransferClient: AnyObject {
 /// libcurl sends it again on a new connection, so a re-send carries the whole body), and its response head parsed
 /// from the header lines. Only its ``CurlLoop``'s thread touches it once added.
 final class CurlTransfer: @unchecked Sendable {
-    /// The request as sent; set up before the transfer is added to its loop.
-    private(set) var request: URLRequest
     /// The request as the attempt made it, before the session's headers and cookies (``apply(_:)``): what a
     /// redirect starts from, so that the next URL gets the session's cookies for itself.
-    let original: URLRequest
+    let request: URLRequest
+    /// The header fields sent: the request's, then the session's (``apply(_:)``). Kept apart from `request`, whose
+    /// setters copy the whole request each time on Linux.
+    private var fields: [String: String]
+    /// The session's proxy for this request (see ``CurlProxy``); `nil`: libcurl's rule from the environment.
+    private var proxy: String?
     /// Whether the request goes on a new connection that no later request reuses.
     let freshConnection: Bool
     private(set) var easy: LibCurl.Handle?
@@ -49,12 +51,17 @@ final class CurlTransfer: @unchecked Sendable {
     private var head = ResponseHead()
     /// Seconds without a byte either way after which the transfer fails with `timedOut`, as URLSession's request
     /// timeout; and when the last byte moved (the loop's thread).
-    private(set) var idleTimeout: TimeInterval = 60
+    private(set) var idleTimeout: TimeInterval
     private(set) var lastActivity = DispatchTime.now()
+    /// Whether the client held a piece back and the transfer waits for ``CurlLoop/resume(_:)``: no timeout runs
+    /// meanwhile, as the wait is the client's, not the server's (the loop's thread).
+    private(set) var isPaused = false
     /// Body bytes handed to libcurl, counted again when it rewinds to send them again.
     private(set) var bytesSent: Int64 = 0
     /// Whether the transfer rode a kept-alive connection, once it has ended (`nil` when libcurl did not say).
     private(set) var reusedConnection: Bool?
+    /// How the transfer's own connection was opened, once it has ended; `nil` when it reused one or made none.
+    private(set) var connectionPhases: TransferMetrics.ConnectionPhases?
     /// The request body's length: -1 when unknown, 0 for none.
     var bodyLength: Int64 {
         switch body {
@@ -67,11 +74,15 @@ final class CurlTransfer: @unchecked Sendable {
     private(set) var setsCookie = false
     private let finishedLock = NSLock()
     private var finished = false
+    /// How a stop asked from another thread ends the transfer (under `finishedLock`): the callbacks see it at once
+    /// and abort, before the loop's turn removes the handle, so that a stream stops reading within one piece.
+    private var stopCode: URLError.Code?
 
     /// A transfer of `request`, sending `body`, or the request's own `httpBody` when `nil`.
     init(request: URLRequest, body: Body? = nil, freshConnection: Bool = false, client: CurlTransferClient? = nil) {
         self.request = request
-        original = request
+        fields = request.allHTTPHeaderFields ?? [:]
+        idleTimeout = Self.timeout(request.timeoutInterval)
         self.freshConnection = freshConnection
         self.client = client
         self.body = body ?? .data(request.httpBody ?? Data())
@@ -81,12 +92,27 @@ final class CurlTransfer: @unchecked Sendable {
     /// wins), its cookies (unless the request sets `Cookie` itself) and its request timeout (a request that kept
     /// `URLRequest`'s default of 60 s takes the session's). Before the transfer is added to its loop.
     func apply(_ configuration: URLSessionConfiguration) {
-        for (name, value) in configuration.httpAdditionalHeaders ?? [:] {
-            guard let name = name as? String, request.value(forHTTPHeaderField: name) == nil else { continue }
-            request.setValue(String(describing: value), forHTTPHeaderField: name)
+        if let extra = configuration.httpAdditionalHeaders, !extra.isEmpty {
+            for (name, value) in extra {
+                guard let name = name as? String, field(named: name) == nil else { continue }
+                fields[name] = String(describing: value)
+            }
         }
-        CurlCookies.add(to: &request, from: configuration)
-        if request.timeoutInterval == 60 { request.timeoutInterval = configuration.timeoutIntervalForRequest }
+        if field(named: "Cookie") == nil, let cookie = CurlCookies.header(for: request, from: configuration) {
+            fields["Cookie"] = cookie
+        }
+        if request.timeoutInterval == 60 { idleTimeout = Self.timeout(configuration.timeoutIntervalForRequest) }
+        proxy = request.url.flatMap { CurlProxy.setting(for: $0, in: configuration) }
+    }
+
+    /// The name under which `fields` holds the field `name` (in any case), if it does.
+    private func field(named name: String) -> String? {
+        fields.keys.first { $0.equalsIgnoringASCIICase(name) }
+    }
+
+    /// A request timeout as the loop applies it: 60 s when `interval` is not a positive, finite number.
+    private static func timeout(_ interval: TimeInterval) -> TimeInterval {
+        interval > 0 && interval.isFinite ? interval : 60
     }
 
     /// Creates and sets up the easy handle, or finishes with an error and returns `nil`. On the loop's thread.
@@ -96,7 +122,7 @@ final class CurlTransfer: @unchecked Sendable {
             finish(.unsupportedURL, curl: curl)
             return nil
         }
-        guard let easy = curl.easyInit() else {
+        guard let easy = loop.takeHandle() else {
             finish(.cannotLoadFromNetwork, curl: curl)
             return nil
         }
@@ -115,6 +141,7 @@ final class CurlTransfer: @unchecked Sendable {
             set(Code.forbidReuse, 1)
         }
         set(Code.url, text: url.absoluteString)
+        if let proxy { set(Code.proxy, text: proxy) }
         // The bit masks (deprecated in 7.85, which added the text forms) work on every libcurl this loads.
         set(Code.protocols, Code.httpAndHTTPS)
         set(Code.redirectProtocols, Code.httpAndHTTPS)
@@ -124,9 +151,8 @@ final class CurlTransfer: @unchecked Sendable {
         set(Code.writeData, pointer: me)
         set(Code.headerFunction, pointer: unsafeBitCast(curlHeader, to: UnsafeRawPointer.self))
         set(Code.headerData, pointer: me)
-        // Seconds without a byte in either direction, as URLSession's request timeout: the loop checks it (libcurl
-        // has whole seconds only, as a minimum speed).
-        idleTimeout = request.timeoutInterval > 0 && request.timeoutInterval.isFinite ? request.timeoutInterval : 60
+        // `idleTimeout`: seconds without a byte in either direction, as URLSession's request timeout. The loop checks
+        // it (libcurl has whole seconds only, as a minimum speed).
         lastActivity = .now()
         let method = request.httpMethod?.uppercased() ?? "GET"
         if bodyLength != 0 || method == "POST" {
@@ -145,12 +171,13 @@ final class CurlTransfer: @unchecked Sendable {
         } else {
             set(Code.customRequest, text: method)
         }
-        var fields = request.allHTTPHeaderFields ?? [:]
         // libcurl would wait for a 100 Continue before a large body; URLSession sends it at once.
-        if !fields.keys.contains(where: { $0.caseInsensitiveCompare("Expect") == .orderedSame }) { fields["Expect"] = "" }
+        let expect = field(named: "Expect")
+        if expect == nil { fields["Expect"] = "" }
         for (name, value) in fields {
             // "Name;" sends a field with an empty value; "Name:" would remove libcurl's own.
-            let line = value.isEmpty && name.caseInsensitiveCompare("Expect") != .orderedSame ? "\(name);" : "\(name): \(value)"
+            let removesOwn = expect == nil ? name == "Expect" : name == expect
+            let line = value.isEmpty && !removesOwn ? "\(name);" : "\(name): \(value)"
             headerList = line.withCString { curl.slistAppend(headerList, $0) }
         }
         if let headerList { set(Code.httpHeader, pointer: UnsafeRawPointer(headerList)) }
@@ -161,9 +188,20 @@ final class CurlTransfer: @unchecked Sendable {
         return easy
     }
 
+    /// Asks the transfer to end with `code`: its callbacks abort from now on (any thread; the loop then removes it).
+    func requestStop(_ code: URLError.Code) {
+        finishedLock.withLock { stopCode = stopCode ?? code }
+    }
+
+    /// Whether a stop was asked (``requestStop(_:)``): a callback then aborts the transfer.
+    private var isStopping: Bool {
+        finishedLock.withLock { stopCode != nil }
+    }
+
     /// Ends the transfer with libcurl's `result` (0: the response arrived whole).
     func finish(result: Int32, curl: LibCurl) {
         guard result != LibCurl.Result.ok.rawValue else { return end(nil, curl: curl) }
+        if let stopCode = finishedLock.withLock({ stopCode }) { return finish(stopCode, curl: curl) }
         let code = Self.errorCode(for: result)
         end(urlError(code, text: curl.describe(result)), curl: curl)
     }
@@ -182,7 +220,9 @@ final class CurlTransfer: @unchecked Sendable {
         if let easy {
             var connections = 0
             if curl.easyGetInfo(easy, LibCurl.Code.connectionsMade, &connections) == 0 { reusedConnection = connections == 0 }
-            curl.easyCleanup(easy)
+            if connections > 0 { connectionPhases = Self.phases(of: easy, curl: curl) }
+            // Out of the multi handle by now, on the loop's thread (only a started transfer has a handle).
+            if let loop { loop.giveBack(easy) } else { curl.easyCleanup(easy) }
         }
         easy = nil
         if let headerList { curl.slistFreeAll(headerList) }
@@ -192,6 +232,22 @@ final class CurlTransfer: @unchecked Sendable {
         let client = self.client
         self.client = nil
         client?.curlTransfer(self, didCompleteWith: error)
+    }
+
+    /// libcurl's timings of the connection `easy` opened, as ``TransferMetrics`` reports them; `nil` when it did not
+    /// connect.
+    private static func phases(of easy: LibCurl.Handle, curl: LibCurl) -> TransferMetrics.ConnectionPhases? {
+        func microseconds(_ info: Int32) -> Int64 {
+            var value: Int64 = 0
+            return curl.easyGetInfo(easy, info, &value) == 0 ? value : 0
+        }
+        let (lookup, connect, tls) = (
+            microseconds(LibCurl.Code.nameLookupTime), microseconds(LibCurl.Code.connectTime), microseconds(LibCurl.Code.appConnectTime)
+        )
+        guard connect > 0 else { return nil }
+        return TransferMetrics.ConnectionPhases(
+            domainLookup: Double(lookup) / 1e6, connect: Double(max(connect - lookup, 0)) / 1e6,
+            secureConnection: tls > connect ? Double(tls - connect) / 1e6 : nil)
     }
 
     private func urlError(_ code: URLError.Code, text: String?) -> URLError {
@@ -226,14 +282,23 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Callbacks, on the loop's thread
 
+    /// The transfer is about to be resumed: its idle timeout starts again.
+    func willResume() {
+        isPaused = false
+        lastActivity = .now()
+    }
+
     /// When the transfer times out unless a byte moves before.
     var idleDeadline: DispatchTime { lastActivity + idleTimeout }
 
     fileprivate func receivedBody(_ bytes: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
         guard let client, count > 0, let bytes else { return count }
+        guard !isStopping else { return 0 }
         lastActivity = .now()
-        guard client.curlTransferCanTakeData(self) else { return LibCurl.Code.writePause }
-        client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count))
+        guard client.curlTransfer(self, didReceive: Data(bytes: bytes, count: count)) else {
+            isPaused = true
+            return LibCurl.Code.writePause
+        }
         return count
     }
 
@@ -251,6 +316,7 @@ final class CurlTransfer: @unchecked Sendable {
 
     fileprivate func readBody(into buffer: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int {
         guard let buffer, capacity > 0 else { return 0 }
+        guard !isStopping else { return LibCurl.Code.readAbort }
         let count: Int
         switch body {
         case let .data(data):

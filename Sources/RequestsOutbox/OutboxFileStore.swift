@@ -176,7 +176,8 @@ final class OutboxFileStore: @unchecked Sendable {
         let copied = try Self.read(input, unreadable: { Failure.unreadable(source, $0) }) { chunk, offset in
             guard offset + Int64(chunk.count) <= size else { throw Failure.unreadable(source, "it grew while it was copied") }
             hasher.update(chunk)
-            try fileSystem.write(output, Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: chunk.baseAddress!), count: chunk.count, deallocator: .none), at: UInt64(offset))
+            guard let base = chunk.baseAddress else { return }  // a read of 0 bytes ends the loop before
+            try fileSystem.write(output, Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: chunk.count, deallocator: .none), at: UInt64(offset))
         }
         guard copied == size else { throw Failure.unreadable(source, "it shrank while it was copied") }
         return hasher.finalize()

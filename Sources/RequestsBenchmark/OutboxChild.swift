@@ -47,7 +47,7 @@ func makeOutboxSession(connections: Int) -> URLSession {
 }
 
 /// Writes one line to standard output at once (no buffering), so that the parent reads it before a kill.
-private func tell(_ line: String) {
+func tell(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
@@ -89,24 +89,7 @@ private func exitWhenOrphaned() {
 /// time; 5 if an entry was parked (the server never answers with a status that parks).
 func runOutboxChild(_ arguments: [String]) -> Never {
     let options = OutboxChildOptions(arguments)
-    exitWhenOrphaned()
-    let session = makeOutboxSession(connections: options.lanes)
-    let queue = OperationQueue()
-    queue.maxConcurrentOperationCount = options.lanes * 2
-    var outboxOptions = OutboxOptions()
-    outboxOptions.maximumConcurrentEntries = options.lanes
-    outboxOptions.baseDelay = 0.005
-    outboxOptions.maxDelay = 0.1
-    let outbox: Outbox
-    do {
-        outbox = try Outbox(
-            directory: URL(fileURLWithPath: options.directory), queue: queue, session: session, requestTypes: [OutboxNote.self],
-            options: outboxOptions)
-    } catch {
-        fail("outbox-child: cannot open the outbox: \(error)", code: 1)
-    }
-    let report = outbox.openingReport
-    tell("open \(report.pending) \(report.deadLetters) \(report.skippedRecords) \(report.discardedIncompleteRecord ? 1 : 0)")
+    let outbox = openChildOutbox(options.directory, lanes: options.lanes, requestTypes: [OutboxNote.self])
     for seq in options.start..<max(options.start, options.entries) {
         let lane = "lane-\(seq % options.lanes)"
         do {
@@ -117,7 +100,38 @@ func runOutboxChild(_ arguments: [String]) -> Never {
         tell("ack \(seq)")
     }
     tell("enqueued")
-    let deadline = ResourceUsage.now() + 120 + Double(options.entries) * 0.02
+    finishOutboxChild(outbox, entries: options.entries)
+}
+
+/// A kill test child's start: exits when its parent goes away, opens the outbox on `directory` (retries after 5 ms,
+/// `lanes` entries at once), and writes `open <pending> <parked> <skipped> <discarded>`; exits 1 if it cannot open.
+func openChildOutbox(
+    _ directory: String, lanes: Int, requestTypes: [any OutboxRequest.Type], configure: (inout OutboxOptions) -> Void = { _ in }
+) -> Outbox {
+    exitWhenOrphaned()
+    let session = makeOutboxSession(connections: lanes)
+    let queue = OperationQueue()
+    queue.maxConcurrentOperationCount = lanes * 2
+    var outboxOptions = OutboxOptions()
+    outboxOptions.maximumConcurrentEntries = lanes
+    outboxOptions.baseDelay = 0.005
+    outboxOptions.maxDelay = 0.1
+    configure(&outboxOptions)
+    let outbox: Outbox
+    do {
+        outbox = try Outbox(directory: URL(fileURLWithPath: directory), queue: queue, session: session, requestTypes: requestTypes, options: outboxOptions)
+    } catch {
+        fail("outbox child: cannot open the outbox: \(error)", code: 1)
+    }
+    let report = outbox.openingReport
+    tell("open \(report.pending) \(report.deadLetters) \(report.skippedRecords) \(report.discardedIncompleteRecord ? 1 : 0)")
+    return outbox
+}
+
+/// Waits until `outbox` has sent everything, then writes `drained`, closes it and exits 0; exits 4 if that takes too
+/// long, 5 if an entry was parked.
+func finishOutboxChild(_ outbox: Outbox, entries: Int) -> Never {
+    let deadline = ResourceUsage.now() + 120 + Double(entries) * 0.02
     while outbox.pendingCount > 0 {
         if !outbox.deadLetters.isEmpty { break }
         if ResourceUsage.now() > deadline {

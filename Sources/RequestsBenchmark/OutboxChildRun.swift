@@ -31,11 +31,11 @@ final class OutboxChildRun: @unchecked Sendable {
     private let condition = NSCondition()
     private var current = State()
 
-    /// Starts `executable outbox-child arguments…`; standard error is appended to `errors`.
-    init(arguments: [String], errors: FileHandle) throws {
+    /// Starts `executable mode arguments…` (`outbox-child` by default); standard error is appended to `errors`.
+    init(mode: String = "outbox-child", arguments: [String], errors: FileHandle) throws {
         process = Process()
         process.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        process.arguments = ["outbox-child"] + arguments
+        process.arguments = [mode] + arguments
         process.standardInput = FileHandle.nullDevice
         process.standardError = errors
         let pipe = Pipe()

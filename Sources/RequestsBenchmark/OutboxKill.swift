@@ -48,30 +48,20 @@ struct OutboxKillResult {
     var settings: OutboxKillSettings
     var verdicts: OutboxKillVerdicts
     var snapshot: OutboxKillLedger.Snapshot
-    var acked = 0
-    var kills = 0
-    var children = 0
-    var killsByPhase: [OutboxChildRun.Phase: Int] = [:]
-    /// Pending entries found by the children's outboxes when they opened, added up.
-    var resumed = 0
-    var seconds = 0.0
-    /// A child found nothing to send or enqueue and drained before its kill, so the kills stopped there.
-    var drainedEarly = false
-    /// Children that ended other than by our SIGKILL or by draining, the last one not draining, and the like.
-    var failures: [String] = []
+    var rounds = KillRounds()
+    var acked: Int { rounds.acked.count }
+    var kills: Int { rounds.kills }
+    var children: Int { rounds.children }
+    var killsByPhase: [OutboxChildRun.Phase: Int] { rounds.killsByPhase }
+    var resumed: Int { rounds.resumed }
+    var seconds: Double { rounds.seconds }
+    var drainedEarly: Bool { rounds.drainedEarly }
+    var failures: [String] { rounds.failures }
 
     var violated: Bool {
         !failures.isEmpty || !verdicts.lost.isEmpty || !verdicts.doubled.isEmpty || verdicts.inversionCount > 0
             || snapshot.conflicts > 0 || snapshot.malformed > 0 || verdicts.strays > 0 || acked != settings.entries
     }
-}
-
-/// When to kill a child.
-private enum KillPlan {
-    /// After the delay, or once the child has made `cap` acknowledgements.
-    case afterStart(milliseconds: Int, cap: Int)
-    case afterOpen(milliseconds: Int, cap: Int)
-    case afterAcks(Int)
 }
 
 /// Runs the kill test against `server` (which gets the route).
@@ -80,119 +70,19 @@ func runOutboxKillTest(_ settings: OutboxKillSettings, server: LoopbackServer) -
     let path = "/outbox-kill/\(UUID().uuidString)"
     server.route(path) { ledger.handle($0) }
     let url = server.url(path).absoluteString
-    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("requests-outbox-kill-\(getpid())-\(UUID().uuidString)")
-    let outboxFolder = folder.appendingPathComponent("outbox")
-    let errorFile = folder.appendingPathComponent("children.stderr")
-    defer { try? FileManager.default.removeItem(at: folder) }
     var result = OutboxKillResult(
         settings: settings, verdicts: OutboxKillVerdicts(snapshot: ledger.snapshot, acked: [], entries: 0, startedAt: [:]),
         snapshot: ledger.snapshot)
-    guard (try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)) != nil,
-        FileManager.default.createFile(atPath: errorFile.path, contents: nil), let errors = try? FileHandle(forWritingTo: errorFile)
-    else {
-        result.failures.append("could not create \(folder.path)")
-        return result
-    }
-    defer { try? errors.close() }
-    var random = SplitMix64(seed: settings.seed)
-    var acked = Set<Int>()
-    var startedAt: [Int: Int] = [:]
-    let began = ResourceUsage.now()
-    // Enough rounds for every kill to land, even when some children finish before their kill comes.
-    let maximumRounds = settings.kills * 3 + 10
-    var round = 0
-    var lastRan = false
-    while result.failures.isEmpty, round < maximumRounds {
-        round += 1
-        let start = (acked.max() ?? -1) + 1
-        let isLast = result.kills >= settings.kills || result.drainedEarly || round == maximumRounds
-        let arguments = [
-            "--dir", outboxFolder.path, "--url", url, "--start", String(start), "--entries", String(settings.entries),
+    let rounds = runKillRounds(KillRoundSettings(entries: settings.entries, kills: settings.kills, seed: settings.seed), mode: "outbox-child") { folder, start in
+        [
+            "--dir", folder.path, "--url", url, "--start", String(start), "--entries", String(settings.entries),
             "--lanes", String(settings.lanes),
         ]
-        let child: OutboxChildRun
-        do {
-            child = try OutboxChildRun(arguments: arguments, errors: errors)
-        } catch {
-            result.failures.append("could not start a child: \(error)")
-            break
-        }
-        result.children += 1
-        startedAt[start, default: 0] += 1
-        if isLast {
-            lastRan = true
-            let status = child.waitForExit(timeout: 300 + Double(settings.entries) * 0.05)
-            let state = child.state
-            acked.formUnion(state.acks)
-            result.resumed += state.openedWith ?? 0
-            if status != 0 || !state.drained {
-                let how = status.map { "exit status \($0)" } ?? "hung, killed after the timeout"
-                result.failures.append("the last child did not drain: \(how); it said: \(state.otherLines.suffix(3).joined(separator: " / "))")
-            }
-            break
-        }
-        let plan = chooseKillPlan(&random, start: start, settings: settings, killsLeft: settings.kills - result.kills)
-        let deadline = ResourceUsage.now() + 60
-        var stalled: String?
-        switch plan {
-        case let .afterStart(milliseconds, cap):
-            child.wait(until: ResourceUsage.now() + Double(milliseconds) / 1000) { $0.acks.count >= cap }
-        case let .afterOpen(milliseconds, cap):
-            if child.wait(until: deadline, for: { $0.openedWith != nil }) {
-                child.wait(until: ResourceUsage.now() + Double(milliseconds) / 1000) { $0.acks.count >= cap }
-            } else if !child.state.ended {
-                stalled = "a child did not open its outbox within 60 s"
-            }
-        case let .afterAcks(count):
-            if !child.wait(until: deadline, for: { $0.acks.count >= count || $0.drained }), !child.state.ended {
-                stalled = "a child made \(child.state.acks.count) of \(count) acknowledgements in 60 s"
-            }
-        }
-        let phase = child.phase
-        let landed = child.kill()
-        let state = child.state
-        acked.formUnion(state.acks)
-        result.resumed += state.openedWith ?? 0
-        if let stalled {
-            result.failures.append(stalled)
-        } else if landed {
-            result.kills += 1
-            result.killsByPhase[phase, default: 0] += 1
-        } else if state.drained {
-            // Nothing was left to send or enqueue: no later kill can land anywhere but in a start-up.
-            if start >= settings.entries, (state.openedWith ?? 0) == 0 { result.drainedEarly = true }
-        } else {
-            let status = child.process.terminationStatus
-            result.failures.append("a child ended by itself (status \(status)) before its kill; it said: \(state.otherLines.suffix(3).joined(separator: " / "))")
-        }
     }
-    if !lastRan, result.failures.isEmpty {
-        result.failures.append("the last child did not run")
-    }
-    result.seconds = ResourceUsage.now() - began
-    result.acked = acked.count
+    result.rounds = rounds
     result.snapshot = ledger.snapshot
-    result.verdicts = OutboxKillVerdicts(snapshot: result.snapshot, acked: acked, entries: settings.entries, startedAt: startedAt)
-    if !result.failures.isEmpty, let text = try? String(contentsOf: errorFile, encoding: .utf8), !text.isEmpty {
-        result.failures.append("children's standard error ends: " + text.split(separator: "\n").suffix(3).joined(separator: " / "))
-    }
+    result.verdicts = OutboxKillVerdicts(snapshot: result.snapshot, acked: rounds.acked, entries: settings.entries, startedAt: rounds.startedAt)
     return result
-}
-
-/// A kill 2–60 ms after the child starts (20 %) or after it opened the outbox (40 %), or after a random number of
-/// acknowledgements (40 %). Each child may make at most a random number up to its share of the remaining entries (half of it on
-/// average), so the entries outlast the kills and every kill lands while a child enqueues and sends; kills planned
-/// after the last acknowledgement land 1–10 ms after a child opened, while it sends what it found pending.
-private func chooseKillPlan(_ random: inout SplitMix64, start: Int, settings: OutboxKillSettings, killsLeft: Int) -> KillPlan {
-    let remaining = settings.entries - start
-    guard remaining > 0 else { return .afterOpen(milliseconds: Int.random(in: 1...10, using: &random), cap: 1) }
-    let delay = Int.random(in: 2...60, using: &random)
-    let draw = random.nextDouble()
-    let share = max(1, remaining / max(1, killsLeft))
-    let cap = Int.random(in: 1...share, using: &random)
-    if draw < 0.2 { return .afterStart(milliseconds: delay, cap: cap) }
-    if draw < 0.6 { return .afterOpen(milliseconds: delay, cap: cap) }
-    return .afterAcks(cap)
 }
 
 /// The kill test's table.

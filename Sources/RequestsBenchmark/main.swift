@@ -63,6 +63,10 @@ struct Options {
                requests-bench --fault-lab [--styles plain,delegate,library] [--rows NAMES] [--kinds NAMES] [--parallel N]
                               [--warm-up get|same]
                requests-bench outbox-kill [--entries 5000] [--kills 200] [--lanes 8] [--seed S] [--refusals 0.02]
+               requests-bench outbox-files-kill [--entries 1000] [--kills 100] [--min-kib 256] [--max-kib 4096] [--lanes 4]
+                              [--seed S]
+               requests-bench outbox-files-memory [--mib 1024] [--form body|multipart]
+               requests-bench outbox-coalesce-kill [--saves 10000] [--threads 8] [--kills 20] [--seed S]
                requests-bench outbox-enqueue [--threads 8] [--seconds 5] [--rounds 2] [--reopen-entries 10000]
                requests-bench outbox-drain [--entries 4000] [--lanes 4] [--concurrency 8] [--lost 0.02] [--refusals 0.05]
                               [--rounds 2] [--attempt-timeout 15] [--base-delay 0.05]
@@ -102,6 +106,14 @@ struct Options {
                              lets the last one drain. The loopback server applies each Idempotency-Key once and answers
                              a share (--refusals) 503. Checks every ack was applied, no key had two bodies, nothing was
                              applied twice, lane order held; exits 1 if not
+          outbox-files-kill  instead: issue 48's kill test with files. Children (`outbox-files-child`) enqueue entries whose
+                             body is a file of --min-kib to --max-kib KiB; SIGKILLs as in outbox-kill. Checks every ack
+                             arrived with its file's SHA-256 and no file is left in the outbox's folder; exits 1 if not
+          outbox-files-memory instead: one entry with a --mib MiB file sent to the loopback sink; peak resident growth
+                             (goal < 64 MiB), enqueue and upload times; exits 1 if missed or the bytes differ
+          outbox-coalesce-kill instead: --saves saves of one draft (enqueue replacing: "draft") from --threads threads in
+                             children (`outbox-coalesce-child`) through --kills SIGKILLs. Checks the server never
+                             applied an older draft after a newer one and the last acknowledged one arrived
           outbox-enqueue     instead: durable enqueues/s and p50/p99 latency from --threads threads into a suspended
                              outbox for --seconds, one per call, against the journal alone (the same threads appending an
                              entry's record, issue 47's goal ≥ 0.8×), --rounds alternating pairs; then 16 per call; the
@@ -239,6 +251,11 @@ case "--fault-lab": runFaultLab(Array(CommandLine.arguments.dropFirst(2)))
 case "--fault-lab-cell": runFaultLabCell(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-child": runOutboxChild(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-kill": runOutboxKillCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-files-child": runOutboxFilesChild(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-files-kill": runOutboxFilesKillCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-files-memory": runOutboxFilesMemoryCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-coalesce-child": runOutboxCoalesceChild(Array(CommandLine.arguments.dropFirst(2)))
+case "outbox-coalesce-kill": runOutboxCoalesceKillCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "outbox-drain": runOutboxDrainCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "post-keepalive": runPostKeepaliveCommand(Array(CommandLine.arguments.dropFirst(2)))

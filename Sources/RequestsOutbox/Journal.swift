@@ -147,6 +147,21 @@ final class Journal: @unchecked Sendable {
         return batch.changes.map(\.id)
     }
 
+    /// Appends a record and removes the live ones of `ids` as one call, durably (same group commit): after a crash
+    /// the journal holds either the new record and none of `ids`, or `ids` and not the new record. Returns the new
+    /// record's id. Ids that are not live are ignored.
+    @discardableResult
+    func replace(_ ids: [UInt64], with payload: Data) throws -> UInt64 {
+        let batch = try JournalBatch(kind: .put, id: 0, payloads: [payload], limit: options.maximumPayloadSize)
+        try commit(batch) { batch in
+            batch.assignIDs(from: nextID)
+            nextID += 1
+            var seen = Set<UInt64>()
+            batch.addRemovals(ids.filter { index[$0] != nil && seen.insert($0).inserted })
+        }
+        return batch.changes[0].id
+    }
+
     /// Replaces a live record's payload, durably (same group commit). Throws `.unknownRecord` if `id` is not live.
     func update(_ id: UInt64, payload: Data) throws {
         let batch = try JournalBatch(kind: .update, id: id, payloads: [payload], limit: options.maximumPayloadSize)

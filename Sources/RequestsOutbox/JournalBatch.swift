@@ -57,12 +57,15 @@ final class JournalBatch {
         }
     }
 
-    /// Adds a tombstone for each of `ids`, all one call.
+    /// Adds a tombstone for each of `ids`, all one call: the batch's call, continued after its records if it has
+    /// some (a put replacing records, see `Journal.replace(_:with:)`), which then exist only with the tombstones.
     func addRemovals(_ ids: [UInt64]) {
+        let continuing = !changes.isEmpty
+        if continuing, !ids.isEmpty, let last = changes.last { JournalFormat.patch(continues: true, in: &bytes, at: last.offset) }
         for (position, id) in ids.enumerated() {
             changes.append(Change(kind: .remove, id: id, offset: bytes.count, length: 0))
             let header = JournalFormat.RecordHeader(
-                kind: .remove, continues: position < ids.count - 1, id: id, length: 0, payloadCRC: 0, starts: position == 0)
+                kind: .remove, continues: position < ids.count - 1, id: id, length: 0, payloadCRC: 0, starts: position == 0 && !continuing)
             JournalFormat.appendRecordHeader(header, to: &bytes)
         }
     }

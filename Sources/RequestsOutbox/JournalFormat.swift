@@ -122,6 +122,15 @@ enum JournalFormat {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Sets the `continues` flag of the record header at `offset` of `buffer`, and its checksum.
+    static func patch(continues: Bool, in buffer: inout [UInt8], at offset: Int) {
+        buffer.withUnsafeMutableBytes { bytes in
+            bytes[offset + 5] = bytes[offset + 5] & ~1 | (continues ? 1 : 0)
+            let checksum = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 24]))
+            bytes.storeBytes(of: checksum.littleEndian, toByteOffset: offset + 24, as: UInt32.self)
+        }
+    }
+
     /// Sets the id of the record header at `offset` of `buffer`, and its checksum.
     static func patch(id: UInt64, in buffer: inout [UInt8], at offset: Int) {
         buffer.withUnsafeMutableBytes { bytes in

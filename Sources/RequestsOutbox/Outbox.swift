@@ -33,6 +33,8 @@ public final class Outbox: @unchecked Sendable {
     let session: URLSession
     let options: OutboxOptions
     let journal: Journal
+    /// The entries' files.
+    let fileStore: OutboxFileStore
     let types: [String: any OutboxRequest.Type]
     /// The registered types' names, computed once: the default name costs a runtime type lookup.
     let typeNames: [ObjectIdentifier: String]
@@ -58,6 +60,11 @@ public final class Outbox: @unchecked Sendable {
     /// The timer of the group of removals in `unremoved`, if one is armed; timers are numbered by `removalTimerCount`.
     var removalTimer: UInt64?
     var removalTimerCount: UInt64 = 0
+    /// The files of entries that left, removed once their entry's removal is durable (see `removeFiles(of:)`).
+    var leavingFiles: [UInt64: OutboxStoredFiles] = [:]
+    /// Entries whose files were checked whole (size and SHA-256) in this process: stored by it, or checked before
+    /// their first attempt.
+    var checkedFiles: Set<UInt64> = []
     /// Removals are written in groups of this many during a drain, or ``OutboxOptions/removalDelay`` after the first
     /// of a smaller group.
     static let removalGroup = 8
@@ -102,7 +109,14 @@ public final class Outbox: @unchecked Sendable {
         } catch {
             throw Self.outboxError(error, directory: directory)
         }
+        do {
+            fileStore = try OutboxFileStore(outboxDirectory: directory)
+        } catch {
+            journal.close()
+            throw Self.outboxError(error, directory: directory.appendingPathComponent(OutboxFileStore.folderName, isDirectory: true))
+        }
         var unreadable = 0
+        var entries: [OutboxEntry] = []
         let recovered = journal.recovered
         journal.releaseRecovered()
         for record in recovered {
@@ -110,6 +124,10 @@ public final class Outbox: @unchecked Sendable {
                 unreadable += 1
                 continue
             }
+            entries.append(entry)
+        }
+        let files = Self.checkFiles(of: &entries, in: fileStore, journal: journal)
+        for entry in entries {
             if entry.deadLetter != nil {
                 lanes.addParked(entry)
             } else {
@@ -118,7 +136,8 @@ public final class Outbox: @unchecked Sendable {
         }
         openingReport = OutboxOpeningReport(
             pending: lanes.pendingCount, deadLetters: lanes.deadLetterCount, skippedRecords: events.skipped + unreadable,
-            discardedIncompleteRecord: events.discardedTail, loss: events.loss)
+            discardedIncompleteRecord: events.discardedTail, loss: events.loss, attachments: files.count,
+            damagedAttachments: files.damaged, removedStrayFiles: files.removed)
         for case let monitor as OutboxMonitor in queue.requestPolicies.monitors { monitor.outboxDidOpen(directory, report: openingReport) }
         let starts = lock.withLock { schedule() }
         starts.forEach(start)
@@ -242,6 +261,7 @@ public final class Outbox: @unchecked Sendable {
             settle(id, .dropped(.byApp))
             return schedule()
         }
+        removeFiles(of: [id])
         starts.forEach(start)
     }
 
@@ -281,7 +301,7 @@ public final class Outbox: @unchecked Sendable {
             defer { unremoved = [] }
             return unremoved + removing
         }
-        if !removals.isEmpty { try? journal.remove(removals) }
+        if !removals.isEmpty, (try? journal.remove(removals)) != nil { removeFiles(of: removals) }
         journal.close()
     }
 }
@@ -311,4 +331,26 @@ public struct OutboxOpeningReport: Sendable, Equatable {
     /// unreadable, with what is known of the entries lost; `nil` when nothing is known to be lost. See
     /// ``isAllClear``.
     public let loss: OutboxJournalLoss?
+    /// The files carried by the entries found (pending and parked).
+    public let attachments: Int
+    /// The files found missing or damaged (another size, not a regular file): their pending entries are parked with
+    /// the reason (``OutboxDeadLetter/Reason/failed(_:)``).
+    public let damagedAttachments: [OutboxDamagedAttachment]
+    /// Files found in the folder that no entry carries (left by an `enqueue` or a removal that a crash
+    /// interrupted), removed.
+    public let removedStrayFiles: Int
+
+    init(
+        pending: Int, deadLetters: Int, skippedRecords: Int, discardedIncompleteRecord: Bool, loss: OutboxJournalLoss?,
+        attachments: Int = 0, damagedAttachments: [OutboxDamagedAttachment] = [], removedStrayFiles: Int = 0
+    ) {
+        self.pending = pending
+        self.deadLetters = deadLetters
+        self.skippedRecords = skippedRecords
+        self.discardedIncompleteRecord = discardedIncompleteRecord
+        self.loss = loss
+        self.attachments = attachments
+        self.damagedAttachments = damagedAttachments
+        self.removedStrayFiles = removedStrayFiles
+    }
 }

@@ -70,6 +70,35 @@ struct OutboxAttempt<Inner: OutboxRequest>: DataRequest {
     }
 }
 
+/// One attempt of an entry that carries files: the same attempt, run as an upload whose body is the entry's files,
+/// streamed from the outbox's folder (``OutboxStoredFiles/uploadBody(frozen:store:)``).
+struct OutboxUploadAttempt<Inner: OutboxRequest>: UploadRequest {
+    typealias Success = OutboxResponse
+    typealias Failure = Error
+
+    let attempt: OutboxAttempt<Inner>
+    let uploadBody: UploadBody
+
+    var identifier: String { attempt.identifier }
+    var validHTTPStatusCodes: [Int] { attempt.validHTTPStatusCodes }
+    var retryPolicy: RetryPolicy? { attempt.retryPolicy }
+    var adapters: [RequestAdapter] { attempt.adapters }
+    var preconditions: [RequestPrecondition] { attempt.preconditions }
+    var validations: [ResponseValidation] { attempt.validations }
+    var usesAuthenticator: Bool { attempt.usesAuthenticator }
+    var limits: TransferLimits? { attempt.limits }
+    var redirectPolicy: RedirectPolicy? { attempt.redirectPolicy }
+    var sensitiveHeaders: [String] { attempt.sensitiveHeaders }
+    var responseCache: ResponseCache? { nil }
+    var cacheUse: CacheUse { .bypass }
+
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) { attempt.makeURLRequest(completion: completion) }
+    func processData(_ data: Data) throws -> OutboxResponse { try attempt.processData(data) }
+    func processResponse(_ data: Data, response: HTTPURLResponse) throws -> OutboxResponse {
+        try attempt.processResponse(data, response: response)
+    }
+}
+
 /// What an attempt saw, for the verdict: the request it made, and an answer whose body the request refused.
 final class OutboxAnswer: @unchecked Sendable {
     private let lock = NSLock()

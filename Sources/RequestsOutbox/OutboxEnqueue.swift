@@ -90,22 +90,22 @@ extension Outbox {
     }
 
     /// The name `type` is registered under, or ``OutboxError/unregisteredType(_:)``.
-    private func registeredName<R: OutboxRequest>(of type: R.Type) throws -> String {
+    func registeredName<R: OutboxRequest>(of type: R.Type) throws -> String {
         let name = typeNames[ObjectIdentifier(R.self)] ?? R.outboxName
         guard types[name] != nil else { throw OutboxError.unregisteredType(name) }
         return name
     }
 
     /// The largest body an entry may hold: what the journal accepts for a whole record.
-    private var bodyLimit: Int { journal.options.maximumPayloadSize }
+    var bodyLimit: Int { journal.options.maximumPayloadSize }
 
     /// How long enqueueing waits for a `makeURLRequest` that completes later.
-    private var makeRequestWait: TimeInterval {
+    var makeRequestWait: TimeInterval {
         options.attemptTimeout > 0 ? options.attemptTimeout : OutboxOptions().attemptTimeout
     }
 
     /// The entries for `requests`, each with a new key, not yet stored (id 0).
-    private func makeEntries<R: OutboxRequest>(
+    func makeEntries<R: OutboxRequest>(
         _ requests: [R], frozen: [FrozenRequest], typeName: String, lane: String?, expiresAt: Date?
     ) throws -> [OutboxEntry] {
         let now = Date()
@@ -130,12 +130,14 @@ extension Outbox {
     }
 
     /// Gives stored entries their ids and schedules them, each with its request value for its attempts.
-    private func schedule<R: OutboxRequest>(_ entries: [OutboxEntry], ids: [UInt64], requests: [R]) -> [OutboxEntry] {
+    func schedule<R: OutboxRequest>(_ entries: [OutboxEntry], ids: [UInt64], requests: [R]) -> [OutboxEntry] {
         let stored = entries.indices.map { entries[$0].with(id: ids[$0]) }
         let made = requests.indices.map { OutboxLanes.Made(request: requests[$0], urlRequest: nil) }
         let starts: [UInt64] = lock.withLock {
             guard !isClosed else { return [] }
             for index in stored.indices {
+                // Stored by this process, hashed while copied.
+                if stored[index].files != nil { checkedFiles.insert(stored[index].id) }
                 lanes.addPending(stored[index], made: made[index])
                 emit(.enqueued, stored[index])
             }

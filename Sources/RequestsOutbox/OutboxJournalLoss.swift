@@ -65,9 +65,10 @@ extension OutboxJournalLoss {
 }
 
 extension OutboxOpeningReport {
-    /// Whether opening found nothing wrong: no ``loss``, no ``skippedRecords``, no ``discardedIncompleteRecord``.
+    /// Whether opening found nothing wrong: no ``loss``, no ``skippedRecords``, no ``discardedIncompleteRecord``, no
+    /// ``damagedAttachments``.
     /// A new folder is all clear, and so is one closed normally or left by a process that ended between writes. A
     /// crash in the middle of a write is not (``discardedIncompleteRecord``), although no entry whose `enqueue`
     /// returned is lost then.
-    public var isAllClear: Bool { loss == nil && skippedRecords == 0 && !discardedIncompleteRecord }
+    public var isAllClear: Bool { loss == nil && skippedRecords == 0 && !discardedIncompleteRecord && damagedAttachments.isEmpty }
 }

@@ -43,6 +43,8 @@ struct OutboxLanes {
     private var readyHead = 0
     /// Each lane's pending entries; the first is the lane's head (ready, running or in backoff), the rest wait.
     private var lanes: [String: LaneQueue] = [:]
+    /// The pending and parked entries of each coalescing key.
+    private var keyed: [String: Set<UInt64>] = [:]
     private(set) var pendingCount = 0
     private(set) var deadLetterCount = 0
 
@@ -64,6 +66,7 @@ struct OutboxLanes {
     /// before it.
     mutating func addPending(_ entry: OutboxEntry, made: Made? = nil) {
         pendingCount += 1
+        if let key = entry.coalescingKey { keyed[key, default: []].insert(entry.id) }
         if let made { self.made[entry.id] = made }
         guard let lane = entry.lane, let last = lanes[lane]?.last else {
             slots[entry.id] = Slot(entry: entry, phase: .ready)
@@ -82,9 +85,15 @@ struct OutboxLanes {
         }
     }
 
+    /// The entries with the coalescing key `key` that have no attempt in flight, oldest first.
+    func waiting(withKey key: String) -> [UInt64] {
+        (keyed[key] ?? []).filter { slots[$0]?.phase != .running }.sorted()
+    }
+
     /// Adds a parked entry (found parked on open).
     mutating func addParked(_ entry: OutboxEntry) {
         deadLetterCount += 1
+        if let key = entry.coalescingKey { keyed[key, default: []].insert(entry.id) }
         slots[entry.id] = Slot(entry: entry, phase: .parked)
     }
 
@@ -125,6 +134,10 @@ struct OutboxLanes {
     mutating func remove(_ id: UInt64) -> Slot? {
         guard let slot = slots.removeValue(forKey: id) else { return nil }
         made[id] = nil
+        if let key = slot.entry.coalescingKey {
+            keyed[key]?.remove(id)
+            if keyed[key]?.isEmpty == true { keyed[key] = nil }
+        }
         if slot.phase == .parked {
             deadLetterCount -= 1
         } else {

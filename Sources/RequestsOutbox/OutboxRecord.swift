@@ -7,6 +7,9 @@ import Requests
 /// entries make their request on each attempt, as that version did).
 enum OutboxRecord {
     static let version: UInt8 = 2
+    /// Version 3 adds, at the end, the coalescing key and the attachments; written only for entries that have
+    /// either, so that other entries stay readable by the versions that read 2.
+    static let extendedVersion: UInt8 = 3
     /// The largest response body kept with a parked entry.
     static let maximumParkedBody = 64 << 10
 
@@ -60,7 +63,8 @@ enum OutboxRecord {
     static func encode(_ entry: OutboxEntry) -> Data {
         var writer = RecordWriter()
         writer.bytes.reserveCapacity(entry.encodedRequest.count + entry.idempotencyKey.utf8.count + entry.requestType.utf8.count + (entry.lane?.utf8.count ?? 0) + 64)
-        writer.byte(version)
+        let extended = entry.files != nil || entry.coalescingKey != nil
+        writer.byte(extended ? extendedVersion : version)
         writer.string(entry.idempotencyKey)
         writer.optionalString(entry.lane)
         writer.string(entry.requestType)
@@ -110,13 +114,14 @@ enum OutboxRecord {
         } else {
             writer.byte(0)
         }
+        if extended { writer.extensions(entry) }
         return Data(writer.bytes)
     }
 
     /// The entry stored as `data` under `id`, or `nil` for bytes this version does not read.
     static func decode(_ data: Data, id: UInt64) -> OutboxEntry? {
         var reader = RecordReader(data)
-        guard let recordVersion = reader.byte(), recordVersion == 1 || recordVersion == version,
+        guard let recordVersion = reader.byte(), (1...extendedVersion).contains(recordVersion),
             let key = reader.string(),
             let lane = reader.optionalString(),
             let type = reader.string(),
@@ -173,17 +178,23 @@ enum OutboxRecord {
             }
             letter = OutboxDeadLetter(reason: reason, response: response, parkedAt: Date(timeIntervalSince1970: parkedAt))
         }
-        guard reader.isAtEnd else { return nil }
-        return OutboxEntry(
+        var entry = OutboxEntry(
             id: id, idempotencyKey: key, lane: lane, requestType: type, enqueuedAt: Date(timeIntervalSince1970: enqueuedAt),
             expiresAt: expiresAt.map(Date.init(timeIntervalSince1970:)), attempts: 0, deadLetter: letter,
             encodedRequest: request, frozen: frozen)
+        if recordVersion == extendedVersion {
+            guard let coalescingKey = reader.optionalString(), let files = reader.files() else { return nil }
+            entry.coalescingKey = coalescingKey
+            entry.files = files
+        }
+        guard reader.isAtEnd else { return nil }
+        return entry
     }
 }
 
 /// Appends fields: bytes and strings as a 4-byte little-endian length and the bytes; doubles as 8 bytes. Into an
 /// array, made `Data` once: appending small pieces to `Data` costs several times more.
-private struct RecordWriter {
+struct RecordWriter {
     var bytes: [UInt8] = []
 
     mutating func byte(_ value: UInt8) { bytes.append(value) }
@@ -214,7 +225,7 @@ private struct RecordWriter {
 }
 
 /// Reads what ``RecordWriter`` wrote; every read returns `nil` past the end, so no input can crash it.
-private struct RecordReader {
+struct RecordReader {
     private let data: Data
     private var offset: Int
 

@@ -32,6 +32,22 @@ extension Outbox {
         guard let type = types[entry.requestType] else {
             return conclude(id, .verdict(.permanent(.cannotDecode(requestType: entry.requestType), nil)))
         }
+        if let files = entry.files, !lock.withLock({ checkedFiles.contains(id) }) {
+            // Found on disk: its files are read whole once, off the caller's thread, before its first attempt.
+            return DispatchQueue.global().async { [weak self] in
+                guard let self else { return }
+                if let problem = self.problem(with: files, reading: true) {
+                    return self.conclude(id, .verdict(.permanent(.failed(problem), nil)))
+                }
+                _ = self.lock.withLock { self.checkedFiles.insert(id) }
+                self.send(type, entry, made: made)
+            }
+        }
+        // Before every attempt: each file is still a regular file of its size, not a link put in its place (the
+        // upload opens it by its path).
+        if let files = entry.files, let problem = problem(with: files, reading: false) {
+            return conclude(id, .verdict(.permanent(.failed(problem), nil)))
+        }
         send(type, entry, made: made)
     }
 
@@ -54,9 +70,16 @@ extension Outbox {
             return attemptCount
         }
         // Weak: an attempt in flight must not keep an outbox the app released open (its deinit closes it).
-        let operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks) { [weak self] result in
+        let concluded: (Result<OutboxResponse, Error>) -> Void = { [weak self] result in
             let verdict = OutboxVerdict.judge(result, refusal: attempt.answer.refusal, attemptTimeout: timeout)
             self?.conclude(entry.id, .verdict(verdict), attempt: number)
+        }
+        let operation: RequestOperation<OutboxResponse, Error>
+        if let files = entry.files {
+            let upload = OutboxUploadAttempt(attempt: attempt, uploadBody: files.uploadBody(frozen: entry.frozen, store: fileStore))
+            operation = queue.makeOperation(for: upload, session: session, completionQueue: callbacks, completion: concluded)
+        } else {
+            operation = queue.makeOperation(for: attempt, session: session, completionQueue: callbacks, completion: concluded)
         }
         let proceed: Bool = lock.withLock {
             guard !isClosed, lanes[entry.id]?.phase == .running else { return false }
@@ -200,15 +223,18 @@ extension Outbox {
     /// folder sends them again with the same key, which the server has seen.
     private func write(removals: [UInt64]) {
         guard !removals.isEmpty else { return }
-        journal.remove(removals) { [weak self] _ in
+        journal.remove(removals) { [weak self] result in
             guard let self else { return }
             self.lock.withLock { self.removing.subtract(removals) }
+            if case .success = result { self.removeFiles(of: removals) }
         }
     }
 
     /// Forgets an entry that left, tells subscribers and finishes its settled operation. Call with the lock held.
     func settle(_ id: UInt64, _ kind: OutboxChange.Kind) {
         guard let slot = lanes.remove(id) else { return }
+        checkedFiles.remove(id)
+        if let files = slot.entry.files { leavingFiles[id] = files }
         if probe == id { endOffline() }
         emit(kind, slot.entry)
         slot.settledOperation.map(queue.addOperation)
@@ -272,7 +298,8 @@ extension OutboxEntry {
     func with(id: UInt64) -> OutboxEntry {
         OutboxEntry(
             id: id, idempotencyKey: idempotencyKey, lane: lane, requestType: requestType, enqueuedAt: enqueuedAt,
-            expiresAt: expiresAt, attempts: attempts, deadLetter: deadLetter, encodedRequest: encodedRequest, frozen: frozen)
+            expiresAt: expiresAt, attempts: attempts, deadLetter: deadLetter, encodedRequest: encodedRequest, frozen: frozen,
+            coalescingKey: coalescingKey, files: files)
     }
 }
 

@@ -51,6 +51,14 @@ public struct OutboxEntry: Sendable, Hashable, Identifiable {
     /// What every attempt sends, fixed at enqueue (see ``urlRequest``); `nil` for an entry stored by a version of
     /// Requests before 3.0, which makes its request on each attempt.
     var frozen: FrozenRequest?
+    /// The key under which a later `enqueue(…, replacing:)` replaces this entry while it waits (the latest draft
+    /// wins); `nil` for an entry enqueued without one.
+    public internal(set) var coalescingKey: String?
+    /// The entry's files, as stored in the outbox's folder, and how they are sent.
+    var files: OutboxStoredFiles?
+
+    /// The files the entry carries, in the order given at enqueue (see ``OutboxFiles``).
+    public var attachments: [OutboxStoredFile] { files?.files ?? [] }
 
     /// The request every attempt of this entry sends, as the request's `makeURLRequest` made it at enqueue: method,
     /// URL, the request's own header fields, body and timeout. Each attempt adds the queue's adapters, the
@@ -135,11 +143,14 @@ public struct OutboxChange: Sendable {
 }
 
 /// Why an entry left an outbox without being sent.
-public enum OutboxDropReason: Sendable, Equatable {
+public enum OutboxDropReason: Sendable, Hashable {
     /// Its ``OutboxEntry/expiresAt`` passed before the server answered.
     case expired
     /// ``Outbox/drop(_:)`` removed it.
     case byApp
+    /// A later entry with the same coalescing key replaced it before it was sent (the latest draft wins): the entry
+    /// with this identifier.
+    case replaced(by: UInt64)
 }
 
 /// How an ``Outbox`` sends its entries.
@@ -179,6 +190,13 @@ public struct OutboxOptions: Sendable {
     /// The longest a settled entry's removal waits for others to share its sync (tests make it infinite, so that only
     /// the group size and idleness write removals).
     var removalDelay: TimeInterval = 0.1
+
+    /// The largest file an entry may carry, in bytes; a larger one makes `enqueue` throw
+    /// ``OutboxError/attachmentTooLarge(size:limit:)``. Default: 1 GiB.
+    public var maximumAttachmentSize: Int64 = 1 << 30
+    /// The most the outbox's files may hold together, in bytes; an `enqueue` whose files would pass it throws
+    /// ``OutboxError/attachmentsFull(size:limit:)``. Default: 4 GiB.
+    public var maximumAttachmentsSize: Int64 = 4 << 30
 
     /// Whether the outbox opens suspended (see ``Outbox/isSuspended``), so that a reader of ``Outbox/changes``
     /// can subscribe before the resumed entries are sent. Default: `false`.
@@ -223,6 +241,14 @@ public enum OutboxError: Error, Equatable, Sendable {
     case noSuchEntry(UInt64)
     /// The outbox was closed.
     case closed
+    /// A file is larger than ``OutboxOptions/maximumAttachmentSize``; nothing was stored.
+    case attachmentTooLarge(size: Int64, limit: Int64)
+    /// The files would make the outbox's folder hold more than ``OutboxOptions/maximumAttachmentsSize``: `size`
+    /// bytes more were asked for; nothing was stored.
+    case attachmentsFull(size: Int64, limit: Int64)
+    /// A file cannot be read (missing, not a regular file, changed while it was copied), or the files cannot be
+    /// sent as asked (a body of its own beside a file sent as the body); the string says which. Nothing was stored.
+    case unusableAttachment(URL, String)
 }
 
 /// A `RequestEventMonitor` of the queue an ``Outbox`` sends on that also hears what the outbox found when it opened.
@@ -254,6 +280,12 @@ extension OutboxError: LocalizedError {
             return "The outbox has no pending or parked entry \(id)."
         case .closed:
             return "The outbox is closed."
+        case let .attachmentTooLarge(size, limit):
+            return "The file has \(size) bytes, more than the outbox's limit of \(limit) bytes per file. Nothing was stored."
+        case let .attachmentsFull(size, limit):
+            return "The outbox's files would pass its limit of \(limit) bytes with \(size) bytes more. Nothing was stored."
+        case let .unusableAttachment(url, reason):
+            return "The file \(url.lastPathComponent) cannot be attached: \(reason). Nothing was stored."
         }
     }
 }

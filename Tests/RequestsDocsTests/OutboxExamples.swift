@@ -25,13 +25,15 @@ final class SyncLabel: @unchecked Sendable { var text = "" }
 let syncLabel = SyncLabel()
 
 @MainActor
-func outboxUsage(report: FieldReport) async throws {
+func outboxUsage(report: FieldReport, photoURL: URL) async throws {
     // article-example-begin
     let folder = appSupport.appendingPathComponent("Outbox", isDirectory: true)
     let outbox = try await Outbox.open(directory: folder, queue: OperationQueue(), requestTypes: [SubmitReport.self])
 
-    let entry = try await outbox.enqueue(SubmitReport(report: report), lane: "reports")
-    print("Saved; it will be sent with Idempotency-Key \(entry.idempotencyKey)")
+    let photo = OutboxAttachment(file: photoURL, name: "photo", mimeType: "image/jpeg")
+    let entry = try await outbox.enqueue(
+        SubmitReport(report: report), lane: "reports", files: .multipart([photo], requestPart: "report"))
+    print("Saved with its photo; it will be sent with Idempotency-Key \(entry.idempotencyKey)")
 
     Task {
         for await change in outbox.changes {
@@ -40,6 +42,12 @@ func outboxUsage(report: FieldReport) async throws {
     }
     // article-example-end
 }
+
+// article-example-begin
+func saveDraft(_ report: FieldReport, outbox: Outbox) async throws {
+    try await outbox.enqueue(SubmitReport(report: report), replacing: "draft-\(report.site)")
+}
+// article-example-end
 
 func outboxDeadLetters(outbox: Outbox) throws {
     // article-example-begin
@@ -63,6 +71,9 @@ final class OutboxAlarm: OutboxMonitor {
             print("The outbox lost its journal (\(loss.kind)): it knew \(loss.entriesAtLastCheckpoint ?? 0) entries, found \(loss.entriesFound)")
         }
         print("Skipped \(report.skippedRecords) damaged records")
+        for file in report.damagedAttachments {
+            print("Entry \(file.entryID) was parked: its file \(file.fileName) \(file.problem)")
+        }
     }
 }
 // article-example-end

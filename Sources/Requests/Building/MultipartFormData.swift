@@ -52,7 +52,7 @@ public struct MultipartFormData: Sendable {
     }
 
     /// For tests: each try of ``apply(to:)`` takes the next boundary from `boundaryGenerator`.
-    init(boundaryGenerator: @escaping @Sendable () -> String) {
+    package init(boundaryGenerator: @escaping @Sendable () -> String) {
         makeBoundary = boundaryGenerator
     }
 
@@ -140,7 +140,7 @@ public struct MultipartFormData: Sendable {
     private static let alphanumerics = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".unicodeScalars)
 
     /// `Requests-` and 32 random alphanumerics (about 190 bits).
-    static func randomBoundary() -> String {
+    package static func randomBoundary() -> String {
         "Requests-" + String(String.UnicodeScalarView((0..<32).map { _ in alphanumerics[Int.random(in: 0..<alphanumerics.count)] }))
     }
 
@@ -230,7 +230,7 @@ public struct MultipartFormData: Sendable {
     }
 
     /// The MIME type for a file name extension (any case); `application/octet-stream` for an unknown one.
-    static func mimeType(forExtension pathExtension: String) -> String {
+    package static func mimeType(forExtension pathExtension: String) -> String {
         mimeTypes[pathExtension.lowercased()] ?? octetStream
     }
 

@@ -8,7 +8,7 @@ import Foundation
 ///
 /// A value type with no heap storage: copying one forks the computation, so the digest of a common prefix can be
 /// taken without disturbing the original.
-struct SHA256 {
+package struct SHA256 {
     /// The eight chaining words, kept apart so `compress` can hold them in registers.
     private var h0: UInt32 = 0x6a09e667
     private var h1: UInt32 = 0xbb67ae85
@@ -28,13 +28,13 @@ struct SHA256 {
     private var byteCount: UInt64 = 0
 
     /// A hasher that has seen no bytes yet.
-    init() {}
+    package init() {}
 
     /// Adds `bytes` to the message.
     ///
     /// Whole 64-byte blocks are compressed straight from `bytes`; only a leading and trailing fragment goes
     /// through the small internal buffer.
-    mutating func update(_ bytes: UnsafeRawBufferPointer) {
+    package mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let start = bytes.baseAddress, !bytes.isEmpty else { return }
         byteCount &+= UInt64(bytes.count)
         var offset = 0
@@ -76,14 +76,14 @@ struct SHA256 {
     }
 
     /// Adds the bytes of `data` to the message.
-    mutating func update(_ data: Data) {
+    package mutating func update(_ data: Data) {
         data.withUnsafeBytes { update($0) }
     }
 
     /// The 32-byte digest of everything added so far.
     ///
     /// Pads a copy, so the hasher itself is left as it was and can take more bytes afterwards.
-    func finalize() -> [UInt8] {
+    package func finalize() -> [UInt8] {
         var copy = self
         let bitLength = byteCount &* 8
         // One 0x80 byte, zeros up to 56 mod 64, then the length: 9 to 72 bytes in all.
@@ -133,7 +133,7 @@ struct SHA256 {
     }
 
     /// `bytes` as lowercase hexadecimal, two digits a byte.
-    static func hex(_ bytes: [UInt8]) -> String {
+    package static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
         text.reserveCapacity(bytes.count * 2)

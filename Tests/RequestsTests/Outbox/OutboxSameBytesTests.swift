@@ -46,11 +46,14 @@ final class FingerprintingServer: @unchecked Sendable {
     init(refusals: Int) { self.refusals = refusals }
 
     var bodies: [Data] { lock.withLock { deliveries.map(\.body) } }
+    var contentTypes: [String] { lock.withLock { types } }
+    private var types: [String] = []
 
     func handle(_ request: LoopbackRequest) -> LoopbackResponse {
         let key = request.headers.first { $0.key.lowercased() == "idempotency-key" }?.value ?? ""
         return lock.withLock {
             deliveries.append((key, request.body))
+            types.append(request.headers.first { $0.key.lowercased() == "content-type" }?.value ?? "")
             if let known = fingerprints[key], known != request.body {
                 return LoopbackResponse(status: 422, body: Data("this key was used with another payload".utf8))
             }

@@ -5,9 +5,9 @@ import Foundation
 
 /// Which transport carries an attempt, decided here and nowhere else (issue 51).
 ///
-/// URLSession everywhere, except on Linux for a caller who opts in to libcurl (`REQUESTS_TRANSPORT=curl` in the
-/// environment, read once; the opt-in is for trying it, while it cannot carry every kind), where a transfer goes on
-/// libcurl directly when nothing it needs is URLSession's alone:
+/// URLSession everywhere, except on Linux for a caller who opts in to libcurl (``LinuxTransport/current``, whose
+/// default `REQUESTS_TRANSPORT=curl` in the environment sets; opt-in as a policy, since it does not consult the
+/// session's `URLCache`), where a transfer goes on libcurl directly when nothing it needs is URLSession's alone:
 /// - a request of any kind (data, upload, download, stream) to an `http` or `https` URL, without a body stream of the
 ///   request's own;
 /// - a session without a delegate of the caller's (which would be asked about challenges, redirects and metrics)

@@ -24,6 +24,10 @@ final class CurlLoop: @unchecked Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     /// The loop thread's own: the transfers whose handles are in the multi handle.
     private var running: [LibCurl.Handle: CurlTransfer] = [:]
+    /// The loop thread's own: easy handles of ended transfers, reset, for the next ones (libcurl's advice; an init
+    /// and a cleanup less per request). At most ``maximumSpareHandles``.
+    private var spareHandles: [LibCurl.Handle] = []
+    private static let maximumSpareHandles = 16
 
     /// A loop with its own thread, or `nil` when libcurl cannot be loaded.
     init?(curl: LibCurl? = LibCurl.shared, maximumConnectionsPerHost: Int = 0, name: String = "Requests.CurlLoop") {
@@ -92,6 +96,8 @@ final class CurlLoop: @unchecked Sendable {
         // `post` refuses commands once `stopping` is set, and the last turn took every command posted before.
         for transfer in running.values { remove(transfer, ending: .cancelled) }
         _ = curl.multiCleanup(multi)
+        spareHandles.forEach(curl.easyCleanup)
+        spareHandles = []
         stopped.signal()
     }
 
@@ -145,6 +151,18 @@ final class CurlLoop: @unchecked Sendable {
             _ = curl.multiRemove(multi, easy)
             transfer.finish(result: result, curl: curl)
         }
+    }
+
+    /// An easy handle for a transfer about to start (the loop's thread): a spare one, or a new one.
+    func takeHandle() -> LibCurl.Handle? {
+        spareHandles.popLast() ?? curl.easyInit()
+    }
+
+    /// Takes back the handle of a transfer that has ended and left the multi handle (the loop's thread).
+    func giveBack(_ easy: LibCurl.Handle) {
+        guard spareHandles.count < Self.maximumSpareHandles else { return curl.easyCleanup(easy) }
+        curl.easyReset(easy)
+        spareHandles.append(easy)
     }
 
     private func remove(_ transfer: CurlTransfer, ending code: URLError.Code) {

@@ -7,8 +7,6 @@ import Foundation
 /// One ``CurlLoop`` per caller session, so that sessions share no connection (nor the cookies and credentials that
 /// ride on one); a loop stops once its session has been released and another session needs one.
 enum CurlSessions {
-    /// Whether the caller opted in (see ``Transport``).
-    static let isChosen = ProcessInfo.processInfo.environment["REQUESTS_TRANSPORT"] == "curl"
 
     /// A session's loop, or `nil` for a session that libcurl never carries (see ``loop(for:request:)``).
     private struct Entry {
@@ -24,7 +22,7 @@ enum CurlSessions {
     /// URLSession itself reads its configuration once; what depends on the request, and the session's credential
     /// storage, which can change, at each request.
     static func loop(for session: URLSession, request: URLRequest) -> CurlLoop? {
-        guard isChosen, request.httpBodyStream == nil, let url = request.url, isHTTP(url), url.user == nil,
+        guard LinuxTransport.current == .libcurl, request.httpBodyStream == nil, let url = request.url, isHTTP(url), url.user == nil,
             url.password == nil
         else { return nil }
         let key = ObjectIdentifier(session)

@@ -27,6 +27,8 @@ final class CurlTransfer: @unchecked Sendable {
     /// The header fields sent: the request's, then the session's (``apply(_:)``). Kept apart from `request`, whose
     /// setters copy the whole request each time on Linux.
     private var fields: [String: String]
+    /// The session's proxy for this request (see ``CurlProxy``); `nil`: libcurl's rule from the environment.
+    private var proxy: String?
     /// Whether the request goes on a new connection that no later request reuses.
     let freshConnection: Bool
     private(set) var easy: LibCurl.Handle?
@@ -100,6 +102,7 @@ final class CurlTransfer: @unchecked Sendable {
             fields["Cookie"] = cookie
         }
         if request.timeoutInterval == 60 { idleTimeout = Self.timeout(configuration.timeoutIntervalForRequest) }
+        proxy = request.url.flatMap { CurlProxy.setting(for: $0, in: configuration) }
     }
 
     /// The name under which `fields` holds the field `name` (in any case), if it does.
@@ -119,7 +122,7 @@ final class CurlTransfer: @unchecked Sendable {
             finish(.unsupportedURL, curl: curl)
             return nil
         }
-        guard let easy = curl.easyInit() else {
+        guard let easy = loop.takeHandle() else {
             finish(.cannotLoadFromNetwork, curl: curl)
             return nil
         }
@@ -138,6 +141,7 @@ final class CurlTransfer: @unchecked Sendable {
             set(Code.forbidReuse, 1)
         }
         set(Code.url, text: url.absoluteString)
+        if let proxy { set(Code.proxy, text: proxy) }
         // The bit masks (deprecated in 7.85, which added the text forms) work on every libcurl this loads.
         set(Code.protocols, Code.httpAndHTTPS)
         set(Code.redirectProtocols, Code.httpAndHTTPS)
@@ -217,7 +221,8 @@ final class CurlTransfer: @unchecked Sendable {
             var connections = 0
             if curl.easyGetInfo(easy, LibCurl.Code.connectionsMade, &connections) == 0 { reusedConnection = connections == 0 }
             if connections > 0 { connectionPhases = Self.phases(of: easy, curl: curl) }
-            curl.easyCleanup(easy)
+            // Out of the multi handle by now, on the loop's thread (only a started transfer has a handle).
+            if let loop { loop.giveBack(easy) } else { curl.easyCleanup(easy) }
         }
         easy = nil
         if let headerList { curl.slistFreeAll(headerList) }

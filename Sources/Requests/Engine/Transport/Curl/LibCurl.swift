@@ -21,6 +21,7 @@ struct LibCurl: @unchecked Sendable {
 
     let easyInit: @convention(c) () -> Handle?
     let easyCleanup: @convention(c) (Handle?) -> Void
+    let easyReset: @convention(c) (Handle?) -> Void
     let easySetLong: @convention(c) (Handle?, Int32, Int) -> Int32
     let easySetPointer: @convention(c) (Handle?, Int32, UnsafeRawPointer?) -> Int32
     let easySetOffset: @convention(c) (Handle?, Int32, Int64) -> Int32
@@ -59,6 +60,7 @@ struct LibCurl: @unchecked Sendable {
             let multiSetopt = dlsym(library, "curl_multi_setopt"),
             let easyInit = symbol("curl_easy_init", as: (@convention(c) () -> Handle?).self),
             let easyCleanup = symbol("curl_easy_cleanup", as: (@convention(c) (Handle?) -> Void).self),
+            let easyReset = symbol("curl_easy_reset", as: (@convention(c) (Handle?) -> Void).self),
             let easyPause = symbol("curl_easy_pause", as: (@convention(c) (Handle?, Int32) -> Int32).self),
             let easyStrerror = symbol("curl_easy_strerror", as: (@convention(c) (Int32) -> UnsafePointer<CChar>?).self),
             let multiInit = symbol("curl_multi_init", as: (@convention(c) () -> Handle?).self),
@@ -86,7 +88,7 @@ struct LibCurl: @unchecked Sendable {
         // Thread-safe and counted since 7.84; FoundationNetworking calls it too.
         guard globalInit(Code.globalAll) == 0 else { return nil }
         return LibCurl(
-            easyInit: easyInit, easyCleanup: easyCleanup,
+            easyInit: easyInit, easyCleanup: easyCleanup, easyReset: easyReset,
             easySetLong: unsafeBitCast(setopt, to: (@convention(c) (Handle?, Int32, Int) -> Int32).self),
             easySetPointer: unsafeBitCast(setopt, to: (@convention(c) (Handle?, Int32, UnsafeRawPointer?) -> Int32).self),
             easySetOffset: unsafeBitCast(setopt, to: (@convention(c) (Handle?, Int32, Int64) -> Int32).self),
@@ -112,6 +114,7 @@ struct LibCurl: @unchecked Sendable {
         // Options: long (0 + n), pointer (10000 + n), function (20000 + n), curl_off_t (30000 + n).
         static let writeData: Int32 = 10001
         static let url: Int32 = 10002
+        static let proxy: Int32 = 10004  // CURLOPT_PROXY: "" goes direct, whatever the environment says
         static let readData: Int32 = 10009
         static let writeFunction: Int32 = 20011
         static let readFunction: Int32 = 20012

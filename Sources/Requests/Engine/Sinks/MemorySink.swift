@@ -24,7 +24,7 @@ final class MemorySink: TransferSink, @unchecked Sendable {
         lock.unlock()
         moved(total - sentBefore)
         let length = expected > 0 ? expected : (uploadLength ?? -1)
-        if length > 0, total >= length { bodySent() }
+        if length > 0, total >= length { speedWindowWaits() }
         if let uploadLength {
             progressCallbacks?.transferred(completed: total, expected: expected > 0 ? expected : uploadLength)
         }

@@ -62,7 +62,7 @@ final class StreamSink: TransferSink, @unchecked Sendable {
             return true
         }
         if intake == .heldBack {
-            holdsBack()
+            speedWindowWaits()
             return false
         }
         moved(Int64(data.count))

@@ -162,16 +162,11 @@ class TransferSink: @unchecked Sendable {
         return true
     }
 
-    /// Lets a transport paused by ``offer(_:)`` go on. While it is paused, the speed window waits (the consumer, not
-    /// the network, is slow).
+    /// Lets a transport paused by ``offer(_:)`` go on.
     final func resumeTransport() {
         lock.withLock { task }?.resumeReceiving()
     }
 
-    /// Called when ``offer(_:)`` holds a piece back: the minimum speed is not measured while the consumer is behind.
-    final func holdsBack() {
-        lock.withLock { windowStart = nil }
-    }
     /// Hands over the ``bufferedBody``.
     func didComplete(response: URLResponse?, error: Error?) {
         let body = lock.withLock { () -> Data in
@@ -181,19 +176,6 @@ class TransferSink: @unchecked Sendable {
         let expected = response.map { ResponseBodyRule.expectedLength(of: $0, method: rules.method) } ?? -1
         let reported = error.map { Self.cutConnection($0, received: Int64(body.count), expected: expected) ?? $0 }
         finish(body: .data(body), response: response, error: reported)
-    }
-
-    /// One error for one event: a body cut off after its headers is `URLError.unknown` on Linux (libcurl's
-    /// "transfer closed with N bytes remaining"), and `networkConnectionLost` on Apple platforms. It is reported as
-    /// the latter everywhere, for every kind, so that a ``RetryPolicy`` decides the same way on both (and a
-    /// download's retry resumes). Other −1 errors, such as invalid chunking, stay as they are.
-    static func cutConnection(_ error: Error, received: Int64, expected: Int64) -> Error? {
-        guard let urlError = error as? URLError, urlError.code == .unknown else { return nil }
-        let isShort = expected > 0 && received < expected
-        guard isShort || urlError.localizedDescription.hasPrefix("transfer closed") else { return nil }
-        var info = urlError.userInfo
-        info[NSUnderlyingErrorKey] = urlError
-        return URLError(.networkConnectionLost, userInfo: info)
     }
 
     /// The most bytes the body may have: ``TransferLimits/maximumBodySize`` for a body kept in memory.
@@ -253,9 +235,10 @@ class TransferSink: @unchecked Sendable {
 
     // MARK: - For subclasses
 
-    /// The request body has been sent: the server may now think as long as it likes before it answers (URLSession's
-    /// timeout still applies), so the speed window waits for the response's headers.
-    final func bodySent() {
+    /// The speed window waits until bytes move again: once the request body has been sent (the server may think as
+    /// long as it likes before it answers; the request timeout still applies), and while a transport is paused
+    /// because a stream's consumer is behind (``offer(_:)``; the consumer, not the network, is slow).
+    final func speedWindowWaits() {
         lock.withLock { windowStart = nil }
     }
 

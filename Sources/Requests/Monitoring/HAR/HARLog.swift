@@ -201,9 +201,19 @@ package struct HARContent: Codable, Sendable {
     package var text: String?
     package var encoding: String?
     package var comment: String?
+    /// A stream's body as it arrived (`_chunks`, the library's own field; other tools ignore it): each piece and when
+    /// it came. ``text`` still holds the whole body kept, so that other readers show it. `nil` for a body that was not
+    /// streamed.
+    package var chunks: [HARChunk]?
 
-    package init(size: Int, mimeType: String, text: String?, encoding: String?, comment: String?) {
+    enum CodingKeys: String, CodingKey {
+        case size, mimeType, text, encoding, comment
+        case chunks = "_chunks"
+    }
+
+    package init(size: Int, mimeType: String, text: String?, encoding: String?, comment: String?, chunks: [HARChunk]? = nil) {
         (self.size, self.mimeType, self.text, self.encoding, self.comment) = (size, mimeType, text, encoding, comment)
+        self.chunks = chunks
     }
 
     package init(from decoder: Decoder) throws {
@@ -213,6 +223,27 @@ package struct HARContent: Codable, Sendable {
         text = try container.decodeIfPresent(String.self, forKey: .text)
         encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
         comment = try container.decodeIfPresent(String.self, forKey: .comment)
+        chunks = try container.decodeIfPresent([HARChunk].self, forKey: .chunks)
+    }
+}
+
+/// One piece of a streamed body (``HARContent/chunks``), as the client received it.
+package struct HARChunk: Codable, Sendable, Equatable {
+    /// Milliseconds from the arrival of the response's headers to this piece's.
+    package var time: Double
+    /// The bytes: UTF-8 text, or Base64 when ``encoding`` is `base64`.
+    package var text: String
+    package var encoding: String?
+
+    package init(time: Double, text: String, encoding: String?) {
+        (self.time, self.text, self.encoding) = (time, text, encoding)
+    }
+
+    package init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        time = try container.decodeIfPresent(Double.self, forKey: .time) ?? 0
+        text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
+        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
     }
 }
 

@@ -69,6 +69,8 @@ struct ReplayEntry: Sendable {
             if let chunks = content.chunks {
                 response.pieces = try Self.pieces(of: chunks, index: index, pacing: pacing)
             }
+            // A response whose transfer broke (`_error` beside a status): its body so far, then the error.
+            if entry.response.error != nil { response.errorAfterBody = entry.response.urlError }
         default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }

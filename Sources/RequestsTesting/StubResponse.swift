@@ -22,6 +22,9 @@ public struct StubResponse: Sendable {
     /// The body in the pieces a replay delivers it in (a recorded stream's), each after its delay; `nil`: ``body`` in
     /// one piece.
     var pieces: [ReplayedPiece]?
+    /// The error the transfer breaks with after the body (a recorded transfer cut mid-body); only for the engine's
+    /// replay transport.
+    var errorAfterBody: (any Error)?
 
     /// A response with the given status, headers and body.
     public init(status: Int = 200, headers: [String: String] = [:], body: Data = Data(), delay: TimeInterval = 0) {
@@ -98,6 +101,7 @@ extension StubResponse {
     /// This response as the engine's replay transport delivers it.
     var replayed: ReplayedAnswer {
         if let error { return .failure(error) }
-        return .response(ReplayedResponse(status: status, headers: headers, pieces: pieces ?? (body.isEmpty ? [] : [ReplayedPiece(data: body)])))
+        let pieces = self.pieces ?? (body.isEmpty ? [] : [ReplayedPiece(data: body)])
+        return .response(ReplayedResponse(status: status, headers: headers, pieces: pieces, errorAfterBody: errorAfterBody))
     }
 }

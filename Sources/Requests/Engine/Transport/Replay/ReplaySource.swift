@@ -17,14 +17,16 @@ package enum ReplayedAnswer: Sendable {
     case failure(any Error)
 }
 
-/// A replayed response: its status and headers, and its body as the pieces it is delivered in.
+/// A replayed response: its status and headers, its body as the pieces it is delivered in, and the error the transfer
+/// broke with after them (a connection lost mid-body), if any.
 package struct ReplayedResponse: Sendable {
     package var status: Int
     package var headers: [String: String]
     package var pieces: [ReplayedPiece]
+    package var errorAfterBody: (any Error)?
 
-    package init(status: Int, headers: [String: String], pieces: [ReplayedPiece]) {
-        (self.status, self.headers, self.pieces) = (status, headers, pieces)
+    package init(status: Int, headers: [String: String], pieces: [ReplayedPiece], errorAfterBody: (any Error)? = nil) {
+        (self.status, self.headers, self.pieces, self.errorAfterBody) = (status, headers, pieces, errorAfterBody)
     }
 }
 

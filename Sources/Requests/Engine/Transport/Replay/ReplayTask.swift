@@ -25,7 +25,7 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
     private var lastResponse: URLResponse?
     /// On `queue`: the response whose body is being delivered, its pieces, the next one's index, and whether the sink
     /// held that one back.
-    private var delivering: (response: HTTPURLResponse, pieces: [ReplayedPiece])?
+    private var delivering: (response: HTTPURLResponse, pieces: [ReplayedPiece], error: (any Error)?)?
     private var next = 0
     private var paused = false
     /// Whether the delay before the next piece has passed, and whether its bytes were counted (on `queue`).
@@ -113,7 +113,7 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
             lock.withLock { lastResponse = response }
             sink.measure(arrived: response)
             guard sink.shouldAccept(response) else { return }
-            delivering = (response, answer.pieces)
+            delivering = (response, answer.pieces, answer.errorAfterBody)
             (next, waitedForNext, countedNext) = (0, false, false)
             deliverNextPiece()
         }
@@ -140,11 +140,11 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
     /// Delivers the pieces from the next one, each after its delay, until the sink holds one back or the last one has
     /// gone; then completes the attempt.
     private func deliverNextPiece() {
-        while !isStopped, let (response, pieces) = delivering {
+        while !isStopped, let (response, pieces, error) = delivering {
             guard next < pieces.count else {
                 delivering = nil
                 sink.measure(sentTotal: bytesSent)
-                return sink.didComplete(response: response, error: nil)
+                return sink.didComplete(response: response, error: sink.reported(error))
             }
             let piece = pieces[next]
             if piece.delay > 0, !waitedForNext {

@@ -127,7 +127,8 @@ final class HARReplayKindsTests: XCTestCase {
             {"mimeType": "text/event-stream", "text": "data: a\n\nid: 2\ndata: b\n\n", "_chunks": [
               {"time": 0, "text": "data: a\n\nid: 2\nda"}, {"time": 5, "text": "ta: b\n\n"}]}
             """#
-        let replay = try HARReplay(file: harFile([
+        let replay = try HARReplay(
+            file: harFile([
                 harEntry("https://replay.test/events", headers: #"[{"name": "Content-Type", "value": "text/event-stream"}]"#, content: content)
             ]), mode: .replayOnly)
         let events = Recorder<ServerSentEvent>()

@@ -42,11 +42,12 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
     var sessionTask: URLSessionTask? { nil }
 
     func resume() {
-        guard lock.withLock({ () -> Bool in
-            guard !resumed, !stopped else { return false }
-            resumed = true
-            return true
-        })
+        guard
+            lock.withLock({ () -> Bool in
+                guard !resumed, !stopped else { return false }
+                resumed = true
+                return true
+            })
         else { return }
         queue.async { self.ask(for: self.sent, body: Self.bytes(of: self.body)) }
     }

@@ -153,6 +153,8 @@ public enum HARReplayError: Error, CustomStringConvertible, LocalizedError {
     case unreadableFile(reason: String)
     /// No recorded entry matches the request; `closest` names the entry nearest to it, if any.
     case noMatch(method: String, url: String, closest: String?)
+    /// Requests of a replay matched no entry (see ``HARReplay/finish()``): each one's ``noMatch(method:url:closest:)``.
+    case unmatchedRequests([HARReplayError])
 
     /// What went wrong, naming the file, the request or the closest entry.
     public var description: String {
@@ -161,6 +163,8 @@ public enum HARReplayError: Error, CustomStringConvertible, LocalizedError {
         case let .unreadableFile(reason): return "The HAR file cannot be replayed: \(reason)."
         case let .noMatch(method, url, closest):
             return "No recorded entry matches \(method) \(url)" + (closest.map { "; the closest is \($0)." } ?? "; the HAR file has no entries.")
+        case let .unmatchedRequests(errors):
+            return "\(errors.count) request(s) of the replay matched no recorded entry:\n" + errors.map { "- \($0.description)" }.joined(separator: "\n")
         }
     }
 

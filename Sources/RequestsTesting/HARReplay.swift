@@ -53,6 +53,8 @@ public final class HARReplay: @unchecked Sendable {
     public let recorder: HARRecorder?
     /// In ``HARRecordMode/newEpisodes`` mode, what sends unmatched requests to the server, and the file's entries.
     private let forwarder: LiveForwarder?
+    /// The file's entries as they answer, when replaying.
+    private let answers: ReplayAnswers?
     private let recordedEntries: [HAREntry]
     /// The stubs that answer ``session`` when replaying: their ``Stubs/requests`` and ``Stubs/unmatchedRequests``
     /// list what was asked.
@@ -74,6 +76,7 @@ public final class HARReplay: @unchecked Sendable {
             let forwarder = mode == .newEpisodes ? LiveForwarder(redaction: redaction, maximumBodyBytes: maximumBodyBytes) : nil
             let answers = ReplayAnswers(entries: recorded.map(\.answer), matching: matching, forwarder: forwarder)
             let stubs = Stubs(fallback: { answers.response(for: $0) })
+            self.answers = answers
             (isRecording, recorder, self.stubs, session) = (forwarder != nil, nil, stubs, stubs.makeSession())
             ReplaySessions.register(stubs, for: session)
             (self.forwarder, recordedEntries) = (forwarder, recorded.map(\.entry))
@@ -83,7 +86,7 @@ public final class HARReplay: @unchecked Sendable {
             isRecording = true
             recorder = HARRecorder(redaction: redaction, maximumBodyBytes: maximumBodyBytes)
             (stubs, session) = (nil, URLSession(configuration: configuration))
-            (forwarder, recordedEntries) = (nil, [])
+            (forwarder, recordedEntries, answers) = (nil, [], nil)
         }
     }
 
@@ -93,8 +96,14 @@ public final class HARReplay: @unchecked Sendable {
 
     /// Writes the recorded file when recording (see `HARRecorder.write(to:)`), and lets the recording session go
     /// once its tasks end (`finishTasksAndInvalidate()`); in ``HARRecordMode/newEpisodes`` mode, writes the file's
-    /// entries and the new ones, if any; does nothing when replaying. Call it once, after the last request.
+    /// entries and the new ones, if any. When replaying, throws ``HARReplayError/unmatchedRequests(_:)`` if a request
+    /// matched no entry (each such request also failed with ``HARReplayError/noMatch(method:url:closest:)``), so that
+    /// a test that calls it fails, with XCTest as with Swift Testing, even when it did not look at that request's
+    /// result. Call it once, after the last request.
     public func finish() throws {
+        if let unmatched = answers?.unmatched, !unmatched.isEmpty {
+            throw HARReplayError.unmatchedRequests(unmatched)
+        }
         if let forwarder {
             forwarder.close()
             let added = forwarder.newEntries
@@ -131,6 +140,11 @@ final class ReplayAnswers: @unchecked Sendable {
     private let lock = NSLock()
     /// The entries already given, by index.
     private var used: Set<Int> = []
+    /// Why each request that matched no entry failed, in order.
+    private var failures: [HARReplayError] = []
+
+    /// Why each request that matched no entry failed, in order.
+    var unmatched: [HARReplayError] { lock.withLock { failures } }
 
     private let forwarder: LiveForwarder?
 
@@ -156,7 +170,9 @@ final class ReplayAnswers: @unchecked Sendable {
                 return (entry.response, true)
             }
             let closest = scored.max { $0.1.score < $1.1.score }?.0.description
-            return (.failure(HARReplayError.noMatch(method: method, url: url, closest: closest)), false)
+            let error = HARReplayError.noMatch(method: method, url: url, closest: closest)
+            failures.append(error)
+            return (.failure(error), false)
         }
     }
 }

@@ -39,7 +39,7 @@ private struct EventFeed: StreamRequest {
 /// Every request kind replayed from a HAR file, through the engine's replay transport: nothing reaches a network
 /// (the host `replay.test` does not exist).
 final class HARReplayKindsTests: XCTestCase {
-    private func harFile(_ entries: [String]) throws -> URL {
+    fileprivate func harFile(_ entries: [String]) throws -> URL {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("kinds-\(UUID().uuidString).har")
         try Data(#"{"log": {"version": "1.2", "creator": {"name": "test", "version": "1"}, "entries": [\#(entries.joined(separator: ","))]}}"#.utf8)
             .write(to: url)
@@ -47,7 +47,7 @@ final class HARReplayKindsTests: XCTestCase {
         return url
     }
 
-    private func harEntry(_ url: String, method: String = "GET", status: Int = 200, headers: String = "[]", content: String, postData: String? = nil)
+    fileprivate func harEntry(_ url: String, method: String = "GET", status: Int = 200, headers: String = "[]", content: String, postData: String? = nil)
         -> String
     {
         let post = postData.map { #", "postData": \#($0)"# } ?? ""
@@ -183,5 +183,22 @@ final class HARReplayKindsTests: XCTestCase {
         XCTAssertEqual(received.values, ["a"])
         XCTAssertEqual(results.values.count, 1)
         XCTAssertThrowsError(try results.values.first?.get())
+    }
+}
+
+extension HARReplayKindsTests {
+    func testFinishFailsTheTestWhenARequestMatchedNothing() throws {
+        let replay = try HARReplay(
+            file: harFile([harEntry("https://replay.test/users/7", content: #"{"mimeType": "text/plain", "text": "Ada"}"#)]), mode: .replayOnly)
+        _ = run(FetchData(url: URL(string: "https://replay.test/users/8")!), on: replay.session)
+        XCTAssertThrowsError(try replay.finish()) { error in
+            guard case let HARReplayError.unmatchedRequests(errors) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(errors.count, 1)
+            XCTAssertTrue("\(error)".contains("the closest is entry 0: GET https://replay.test/users/7 → 200"), "\(error)")
+        }
+        let matched = try HARReplay(
+            file: harFile([harEntry("https://replay.test/users/7", content: #"{"mimeType": "text/plain", "text": "Ada"}"#)]), mode: .replayOnly)
+        _ = run(FetchData(url: URL(string: "https://replay.test/users/7")!), on: matched.session)
+        XCTAssertNoThrow(try matched.finish())
     }
 }

@@ -13,8 +13,9 @@ public enum HARRecordMode: Sendable {
     /// Records every time, replacing the file.
     case all
     /// Replays the file (which may be missing) and sends each request no entry matches to the server, adding its
-    /// exchange to the file. Such requests go one at a time, and on Linux an upload task's body does not reach the
-    /// server this way (as for stubs): record uploads with ``once`` or ``all``.
+    /// exchange to the file. A request the library runs goes with its body, an upload's included; a task made on
+    /// ``HARReplay/session`` directly goes without an upload task's body on Linux (as for stubs). The server's answer
+    /// is delivered in one piece.
     case newEpisodes
 }
 

@@ -3,6 +3,7 @@ import FoundationNetworking
 #endif
 import Foundation
 import Requests
+import RequestsTestServer
 import RequestsTesting
 import XCTest
 
@@ -200,5 +201,27 @@ extension HARReplayKindsTests {
             file: harFile([harEntry("https://replay.test/users/7", content: #"{"mimeType": "text/plain", "text": "Ada"}"#)]), mode: .replayOnly)
         _ = run(FetchData(url: URL(string: "https://replay.test/users/7")!), on: matched.session)
         XCTAssertNoThrow(try matched.finish())
+    }
+}
+
+extension HARReplayKindsTests {
+    func testNewEpisodesSendAnUploadsBodyToTheServer() throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/login") { .text("got \(String(decoding: $0.body, as: UTF8.self))", status: 201) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("episodes-upload-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+
+        let episodes = try HARReplay(file: file, mode: .newEpisodes)
+        let sent = try XCTUnwrap(run(UploadData(url: server.url("/login"), body: Data(#"{"user":"ada"}"#.utf8)), on: episodes.session).first).get()
+        XCTAssertEqual(String(decoding: sent, as: UTF8.self), #"got {"user":"ada"}"#)
+        try episodes.finish()
+        server.stop()
+
+        // The new entry holds the body it sent, and a replay matched on bodies answers it.
+        let replay = try HARReplay(file: file, mode: .replayOnly, matching: HARMatching(body: true))
+        let replayed = try XCTUnwrap(run(UploadData(url: server.url("/login"), body: Data(#"{"user":"ada"}"#.utf8)), on: replay.session).first).get()
+        XCTAssertEqual(replayed, sent)
+        try replay.finish()
     }
 }

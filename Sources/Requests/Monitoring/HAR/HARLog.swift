@@ -24,7 +24,7 @@ package struct HARLog: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        version = try container.decodeIfPresent(String.self, forKey: .version) ?? "1.2"
+        version = container.lenient(.version, or: "1.2")
         creator = try container.decodeIfPresent(HARCreator.self, forKey: .creator) ?? HARCreator(name: "", version: "")
         entries = try container.decodeIfPresent([HAREntry].self, forKey: .entries) ?? []
     }
@@ -40,8 +40,8 @@ package struct HARCreator: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeIfPresent(String.self, forKey: .name) ?? ""
-        version = try container.decodeIfPresent(String.self, forKey: .version) ?? ""
+        name = container.lenient(.name, or: "")
+        version = container.lenient(.version, or: "")
     }
 }
 
@@ -65,10 +65,10 @@ package struct HAREntry: Codable, Sendable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         request = try container.decode(HARRequest.self, forKey: .request)
         response = try container.decode(HARResponse.self, forKey: .response)
-        startedDateTime = try container.decodeIfPresent(String.self, forKey: .startedDateTime) ?? ""
+        startedDateTime = container.lenient(.startedDateTime, or: "")
         timings = try container.decodeIfPresent(HARTimings.self, forKey: .timings) ?? HARTimings()
-        time = try container.decodeIfPresent(Double.self, forKey: .time) ?? timings.total
-        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+        time = container.lenient(.time, or: timings.total)
+        comment = container.lenient(.comment)
     }
 }
 
@@ -88,8 +88,8 @@ package struct HARHeader: Codable, Sendable, Equatable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        name = try container.decodeIfPresent(String.self, forKey: .name) ?? ""
-        value = try container.decodeIfPresent(String.self, forKey: .value) ?? ""
+        name = container.lenient(.name, or: "")
+        value = container.lenient(.value, or: "")
     }
 }
 
@@ -110,13 +110,13 @@ package struct HARRequest: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        method = try container.decodeIfPresent(String.self, forKey: .method) ?? "GET"
+        method = container.lenient(.method, or: "GET")
         url = try container.decode(String.self, forKey: .url)
-        httpVersion = try container.decodeIfPresent(String.self, forKey: .httpVersion) ?? "HTTP/1.1"
+        httpVersion = container.lenient(.httpVersion, or: "HTTP/1.1")
         headers = try container.decodeIfPresent([HARHeader].self, forKey: .headers) ?? []
         queryString = try container.decodeIfPresent([HARHeader].self, forKey: .queryString) ?? []
         postData = try container.decodeIfPresent(HARPostData.self, forKey: .postData)
-        bodySize = try container.decodeIfPresent(Int.self, forKey: .bodySize) ?? -1
+        bodySize = container.lenient(.bodySize, or: -1)
     }
 }
 
@@ -134,10 +134,10 @@ package struct HARPostData: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        mimeType = try container.decodeIfPresent(String.self, forKey: .mimeType) ?? ""
-        text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
-        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
-        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+        mimeType = container.lenient(.mimeType, or: "")
+        text = container.lenient(.text, or: "")
+        encoding = container.lenient(.encoding)
+        comment = container.lenient(.comment)
     }
 }
 
@@ -202,13 +202,13 @@ package struct HARResponse: Codable, Sendable {
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         status = try container.decode(Int.self, forKey: .status)
-        statusText = try container.decodeIfPresent(String.self, forKey: .statusText) ?? ""
-        httpVersion = try container.decodeIfPresent(String.self, forKey: .httpVersion) ?? "HTTP/1.1"
+        statusText = container.lenient(.statusText, or: "")
+        httpVersion = container.lenient(.httpVersion, or: "HTTP/1.1")
         headers = try container.decodeIfPresent([HARHeader].self, forKey: .headers) ?? []
         content = try container.decodeIfPresent(HARContent.self, forKey: .content) ?? HARContent(size: 0, mimeType: "", text: nil, encoding: nil, comment: nil)
-        redirectURL = try container.decodeIfPresent(String.self, forKey: .redirectURL) ?? ""
-        bodySize = try container.decodeIfPresent(Int.self, forKey: .bodySize) ?? -1
-        error = try container.decodeIfPresent(String.self, forKey: .error)
+        redirectURL = container.lenient(.redirectURL, or: "")
+        bodySize = container.lenient(.bodySize, or: -1)
+        error = container.lenient(.error)
     }
 }
 
@@ -236,11 +236,11 @@ package struct HARContent: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        size = try container.decodeIfPresent(Int.self, forKey: .size) ?? -1
-        mimeType = try container.decodeIfPresent(String.self, forKey: .mimeType) ?? ""
-        text = try container.decodeIfPresent(String.self, forKey: .text)
-        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
-        comment = try container.decodeIfPresent(String.self, forKey: .comment)
+        size = container.lenient(.size, or: -1)
+        mimeType = container.lenient(.mimeType, or: "")
+        text = container.lenient(.text)
+        encoding = container.lenient(.encoding)
+        comment = container.lenient(.comment)
         chunks = try container.decodeIfPresent([HARChunk].self, forKey: .chunks)
     }
 }
@@ -259,9 +259,9 @@ package struct HARChunk: Codable, Sendable, Equatable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        time = try container.decodeIfPresent(Double.self, forKey: .time) ?? 0
-        text = try container.decodeIfPresent(String.self, forKey: .text) ?? ""
-        encoding = try container.decodeIfPresent(String.self, forKey: .encoding)
+        time = container.lenient(.time, or: 0)
+        text = container.lenient(.text, or: "")
+        encoding = container.lenient(.encoding)
     }
 }
 
@@ -280,15 +280,28 @@ package struct HARTimings: Codable, Sendable {
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         for (key, path) in [(CodingKeys.blocked, \Self.blocked), (.dns, \.dns), (.connect, \.connect), (.ssl, \.ssl)] {
-            self[keyPath: path] = try container.decodeIfPresent(Double.self, forKey: key) ?? -1
+            self[keyPath: path] = container.lenient(key, or: -1)
         }
         for (key, path) in [(CodingKeys.send, \Self.send), (.wait, \.wait), (.receive, \.receive)] {
-            self[keyPath: path] = try container.decodeIfPresent(Double.self, forKey: key) ?? 0
+            self[keyPath: path] = container.lenient(key, or: 0)
         }
     }
 
     /// The sum of the phases that apply; `ssl` is part of `connect`, as HAR 1.2 says.
     var total: Double {
         [blocked, dns, connect, send, wait, receive].filter { $0 > 0 }.reduce(0, +)
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// The scalar at `key`, or `fallback` when it is missing, `null` or of another type: files written by other tools
+    /// differ in such fields (a size as a string, a `null` text), and the library does not need them to be exact.
+    fileprivate func lenient<Value: Decodable>(_ key: Key, or fallback: Value) -> Value {
+        lenient(key) ?? fallback
+    }
+
+    /// The scalar at `key`, or `nil` when it is missing, `null` or of another type.
+    fileprivate func lenient<Value: Decodable>(_ key: Key) -> Value? {
+        (try? decodeIfPresent(Value.self, forKey: key)) ?? nil
     }
 }

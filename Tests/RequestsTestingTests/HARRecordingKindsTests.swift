@@ -147,6 +147,7 @@ extension HARRecordingKindsTests {
 
         let entries = try entries(recorder)
         XCTAssertEqual(entries.count, 6, "two hops for each request")
+        guard entries.count == 6 else { return }
         let requests = try entries.map(request)
         let responses = try entries.map(response)
         XCTAssertEqual(requests.map { $0["method"] as? String }, ["GET", "GET", "POST", "GET", "POST", "POST"])

@@ -290,7 +290,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         if let httpResponse {
             withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
             emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
-            emitExchange(ending.attempt, response: httpResponse, body: body, duration: ending.duration)
+            emitExchange(ending.attempt, response: httpResponse, error: error, body: body, duration: ending.duration)
         } else if let error {
             emitExchange(ending.attempt, response: nil, error: error, body: nil, duration: ending.duration)
         }

@@ -52,11 +52,13 @@ struct CapturedBody: Sendable {
         (bytes, size) = (data.count > limit ? data.prefix(limit) : data, data.count)
     }
 
-    /// The first `limit` bytes of the file `url` (which it does not move or change).
-    init(file url: URL, limit: Int) {
+    /// The first `limit` bytes of the file `url` after its first `offset` bytes (it does not move or change the file).
+    init(file url: URL, limit: Int, skipping offset: Int = 0) {
         let handle = try? FileHandle(forReadingFrom: url)
         defer { try? handle?.close() }
-        let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue ?? -1
+        let fileSize = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue ?? -1
+        let size = fileSize < 0 ? -1 : max(fileSize - offset, 0)
+        if offset > 0 { _ = try? handle?.seek(toOffset: UInt64(offset)) }
         let bytes = (try? handle?.read(upToCount: limit)) ?? nil
         self.init(bytes: bytes ?? Data(), size: size, omission: bytes == nil && size != 0 ? "the file could not be read" : nil)
     }
@@ -140,12 +142,21 @@ extension NetworkRequestOperation {
             // could not be sent again): its exchange was recorded when it was announced.
             return
         }
-        let responseBody: CapturedBody
+        var responseBody: CapturedBody
         switch body {
         case let .data(data)?: responseBody = CapturedBody(data, limit: limit)
-        case let .file(url)?: responseBody = CapturedBody(file: url, limit: limit)
+        case let .file(url)?:
+            // A download resumed by a `206` appended its bytes to an earlier attempt's: the response's own come after
+            // those (an accepted `206` always continues the file from its `Content-Range`).
+            let contentRange = response?.statusCode == 206 ? ContentRange(response?.value(forHTTPHeaderField: "Content-Range")) : nil
+            responseBody = CapturedBody(file: url, limit: limit, skipping: contentRange.map { Int(clamping: $0.first) } ?? 0)
         case nil where response == nil: responseBody = CapturedBody(Data(), limit: limit)
         case nil: responseBody = streamed ?? .omitted(size: -1, reason: "a stream's body is not recorded")
+        }
+        if response != nil, let error, responseBody.bytes.isEmpty, responseBody.omission == nil {
+            // The body broke off (or a limit stopped it): the transfer kept none of it for the exchange.
+            let received = metrics.map { Int(clamping: $0.bytesReceived) } ?? -1
+            responseBody = .omitted(size: received, reason: "the body was not kept: the transfer failed (\(HARResponse.errorText(error)))")
         }
         var hopMetrics = metrics
         if offset > 0, var shifted = metrics {

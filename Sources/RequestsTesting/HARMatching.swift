@@ -29,7 +29,7 @@ struct ReplayEntry: Sendable {
     let query: [QueryItem]
     let headers: [String: String]
     let body: Data?
-    let response: StubResponse
+    private(set) var response: StubResponse
 
     struct QueryItem: Sendable, Hashable {
         let name: String
@@ -44,7 +44,9 @@ struct ReplayEntry: Sendable {
     /// Headers of a recorded response that would not describe the body as the replay delivers it (decoded, whole).
     private static let droppedResponseHeaders: Set<String> = ["content-encoding", "content-length", "transfer-encoding"]
 
-    init(index: Int, entry: HAREntry) throws {
+    /// The entry `index` of a file, ready to answer; a streamed body (`_chunks`) is answered in its recorded pieces,
+    /// each after its recorded delay when `pacing`.
+    init(index: Int, entry: HAREntry, pacing: Bool) throws {
         self.index = index
         method = entry.request.method.uppercased()
         (base, query) = Self.key(entry.request.url)
@@ -61,20 +63,46 @@ struct ReplayEntry: Sendable {
             // No response (a transport error, or a request a browser blocked): replayed as the error.
             response = .failure(entry.response.urlError)
         case 100...599:
-            response = Self.stubResponse(status: entry.response.status, headers: entry.response.headers, body: responseBody)
+            // A body cut short when recorded no longer has the length its headers say.
+            let whole = content.size <= responseBody.count
+            response = Self.stubResponse(status: entry.response.status, headers: entry.response.headers, body: responseBody, isWhole: whole)
+            if let chunks = content.chunks {
+                response.pieces = try Self.pieces(of: chunks, index: index, pacing: pacing)
+            }
+            // A response whose transfer broke (`_error` beside a status): its body so far, then the error.
+            if entry.response.error != nil { response.errorAfterBody = entry.response.urlError }
         default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }
     }
 
-    /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded,
-    /// whole), and with repeated headers joined.
-    static func stubResponse(status: Int, headers: [HARHeader], body: Data) -> StubResponse {
+    /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded;
+    /// `Content-Length` is kept, as the body's length, only for a body that is `isWhole`) or that are not HTTP/1.1
+    /// fields (HTTP/2's `:status`), and with repeated headers joined.
+    static func stubResponse(status: Int, headers: [HARHeader], body: Data, isWhole: Bool = true) -> StubResponse {
         var joined: [String: String] = [:]
-        for header in headers where !droppedResponseHeaders.contains(header.name.lowercased()) {
+        var hadLength = false
+        for header in headers {
+            let name = header.name.lowercased()
+            hadLength = hadLength || name == "content-length"
+            guard !droppedResponseHeaders.contains(name), !name.hasPrefix(":") else { continue }
             joined[header.name] = joined[header.name].map { "\($0), \(header.value)" } ?? header.value
         }
+        if hadLength, isWhole, !headers.contains(where: { $0.name.lowercased() == "content-encoding" }) {
+            joined["Content-Length"] = String(body.count)
+        }
         return StubResponse(status: status, headers: joined, body: body)
+    }
+
+    /// The pieces of a streamed body, each after the time since the one before it when `pacing` (at once otherwise).
+    private static func pieces(of chunks: [HARChunk], index: Int, pacing: Bool) throws -> [ReplayedPiece] {
+        var previous = 0.0
+        return try chunks.enumerated().map { offset, chunk in
+            let data = try bytes(chunk.text, encoding: chunk.encoding, index: index, field: "response.content._chunks[\(offset)]")
+            let time = max(chunk.time, previous)
+            defer { previous = time }
+            return ReplayedPiece(delay: pacing ? (time - previous) / 1000 : 0, data: data)
+        }
     }
 
     private static func bytes(_ text: String, encoding: String?, index: Int, field: String) throws -> Data {
@@ -125,6 +153,8 @@ public enum HARReplayError: Error, CustomStringConvertible, LocalizedError {
     case unreadableFile(reason: String)
     /// No recorded entry matches the request; `closest` names the entry nearest to it, if any.
     case noMatch(method: String, url: String, closest: String?)
+    /// Requests of a replay matched no entry (see ``HARReplay/finish()``): each one's ``noMatch(method:url:closest:)``.
+    case unmatchedRequests([HARReplayError])
 
     /// What went wrong, naming the file, the request or the closest entry.
     public var description: String {
@@ -133,6 +163,8 @@ public enum HARReplayError: Error, CustomStringConvertible, LocalizedError {
         case let .unreadableFile(reason): return "The HAR file cannot be replayed: \(reason)."
         case let .noMatch(method, url, closest):
             return "No recorded entry matches \(method) \(url)" + (closest.map { "; the closest is \($0)." } ?? "; the HAR file has no entries.")
+        case let .unmatchedRequests(errors):
+            return "\(errors.count) request(s) of the replay matched no recorded entry:\n" + errors.map { "- \($0.description)" }.joined(separator: "\n")
         }
     }
 

@@ -29,14 +29,17 @@ public enum HARRecordMode: Sendable {
 /// try replay.finish()   // writes the file when recording
 /// ```
 ///
-/// When replaying, ``session`` is a stubbed session (see ``Stubs``): a request gets the response of the first entry
-/// that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they were
-/// recorded; the last one then repeats. Files exported by browsers and proxies are read too: missing optional
-/// fields, `content.encoding` `base64`, a missing `content.text` (an empty body). When recording, ``session`` is a
-/// real ephemeral session and ``monitors`` holds the `HARRecorder`.
-///
-/// As with stubs on Linux, downloads cannot be replayed (use the loopback server) and an upload's body cannot be
-/// matched. A redirect is replayed as the response it ended with, for the URL first asked for. Thread-safe.
+/// When replaying, the requests the library runs on ``session`` (every kind: data, upload, download, resumable
+/// download, stream and server-sent events) never reach the network: the engine hands them to the replay, with the
+/// body they send, and delivers the recorded answer as the transport would. A request gets the response of the first
+/// entry that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they
+/// were recorded; the last one then repeats. A recorded redirect is followed hop by hop, as the session's redirect
+/// rules say. A recorded stream's body arrives in its recorded pieces (`_chunks`), all at once or, with `pacing`, each
+/// after its recorded delay. Files exported by browsers and proxies are read too: missing optional fields,
+/// `content.encoding` `base64`, a missing `content.text` (an empty body), HTTP/2 pseudo-headers. Tasks made on
+/// ``session`` directly, outside the library, are answered by its stubs (see ``Stubs``), with the `URLProtocol`
+/// limits on Linux (no downloads, no upload bodies). When recording, ``session`` is a real ephemeral session and
+/// ``monitors`` holds the `HARRecorder`. Thread-safe.
 public final class HARReplay: @unchecked Sendable {
     /// Whether this replay records (the file is written by ``finish()``) rather than replays.
     public let isRecording: Bool
@@ -50,28 +53,32 @@ public final class HARReplay: @unchecked Sendable {
     public let recorder: HARRecorder?
     /// In ``HARRecordMode/newEpisodes`` mode, what sends unmatched requests to the server, and the file's entries.
     private let forwarder: LiveForwarder?
+    /// The file's entries as they answer, when replaying.
+    private let answers: ReplayAnswers?
     private let recordedEntries: [HAREntry]
     /// The stubs that answer ``session`` when replaying: their ``Stubs/requests`` and ``Stubs/unmatchedRequests``
     /// list what was asked.
     public let stubs: Stubs?
 
     /// A replay of `file` in `mode`: matching requests as `matching` says, or recording them with `redaction` and at
-    /// most `maximumBodyBytes` of each body. Throws ``HARReplayError`` for a file that is missing in
+    /// most `maximumBodyBytes` of each body; with `pacing`, a recorded stream's pieces keep their recorded delays. Throws ``HARReplayError`` for a file that is missing in
     /// ``HARRecordMode/replayOnly`` mode, or that cannot be read as HAR.
     public init(
         file: URL, mode: HARRecordMode = .once, matching: HARMatching = HARMatching(), redaction: Redaction = Redaction(),
-        maximumBodyBytes: Int = HARRecorder.defaultMaximumBodyBytes
+        maximumBodyBytes: Int = HARRecorder.defaultMaximumBodyBytes, pacing: Bool = false
     ) throws {
         self.file = file
         let exists = FileManager.default.fileExists(atPath: file.path)
         switch mode {
         case .replayOnly where !exists: throw HARReplayError.missingFile(file)
         case .once where exists, .replayOnly, .newEpisodes:
-            let recorded = exists ? try Self.entries(of: file) : []
+            let recorded = exists ? try Self.entries(of: file, pacing: pacing) : []
             let forwarder = mode == .newEpisodes ? LiveForwarder(redaction: redaction, maximumBodyBytes: maximumBodyBytes) : nil
             let answers = ReplayAnswers(entries: recorded.map(\.answer), matching: matching, forwarder: forwarder)
             let stubs = Stubs(fallback: { answers.response(for: $0) })
+            self.answers = answers
             (isRecording, recorder, self.stubs, session) = (forwarder != nil, nil, stubs, stubs.makeSession())
+            ReplaySessions.register(stubs, for: session)
             (self.forwarder, recordedEntries) = (forwarder, recorded.map(\.entry))
         case .once, .all:
             let configuration = URLSessionConfiguration.ephemeral
@@ -79,14 +86,24 @@ public final class HARReplay: @unchecked Sendable {
             isRecording = true
             recorder = HARRecorder(redaction: redaction, maximumBodyBytes: maximumBodyBytes)
             (stubs, session) = (nil, URLSession(configuration: configuration))
-            (forwarder, recordedEntries) = (nil, [])
+            (forwarder, recordedEntries, answers) = (nil, [], nil)
         }
+    }
+
+    deinit {
+        ReplaySessions.unregister(session)
     }
 
     /// Writes the recorded file when recording (see `HARRecorder.write(to:)`), and lets the recording session go
     /// once its tasks end (`finishTasksAndInvalidate()`); in ``HARRecordMode/newEpisodes`` mode, writes the file's
-    /// entries and the new ones, if any; does nothing when replaying. Call it once, after the last request.
+    /// entries and the new ones, if any. When replaying, throws ``HARReplayError/unmatchedRequests(_:)`` if a request
+    /// matched no entry (each such request also failed with ``HARReplayError/noMatch(method:url:closest:)``), so that
+    /// a test that calls it fails, with XCTest as with Swift Testing, even when it did not look at that request's
+    /// result. Call it once, after the last request.
     public func finish() throws {
+        if let unmatched = answers?.unmatched, !unmatched.isEmpty {
+            throw HARReplayError.unmatchedRequests(unmatched)
+        }
         if let forwarder {
             forwarder.close()
             let added = forwarder.newEntries
@@ -99,7 +116,7 @@ public final class HARReplay: @unchecked Sendable {
     }
 
     /// The entries of the HAR file `url`, as read and ready to answer.
-    static func entries(of url: URL) throws -> [(entry: HAREntry, answer: ReplayEntry)] {
+    static func entries(of url: URL, pacing: Bool = false) throws -> [(entry: HAREntry, answer: ReplayEntry)] {
         let data: Data
         do {
             data = try Data(contentsOf: url)
@@ -112,7 +129,7 @@ public final class HARReplay: @unchecked Sendable {
         } catch {
             throw HARReplayError.unreadableFile(reason: "\(url.lastPathComponent) is not HAR JSON (\(error))")
         }
-        return try file.log.entries.enumerated().map { ($0.element, try ReplayEntry(index: $0.offset, entry: $0.element)) }
+        return try file.log.entries.enumerated().map { ($0.element, try ReplayEntry(index: $0.offset, entry: $0.element, pacing: pacing)) }
     }
 }
 
@@ -123,6 +140,11 @@ final class ReplayAnswers: @unchecked Sendable {
     private let lock = NSLock()
     /// The entries already given, by index.
     private var used: Set<Int> = []
+    /// Why each request that matched no entry failed, in order.
+    private var failures: [HARReplayError] = []
+
+    /// Why each request that matched no entry failed, in order.
+    var unmatched: [HARReplayError] { lock.withLock { failures } }
 
     private let forwarder: LiveForwarder?
 
@@ -148,7 +170,9 @@ final class ReplayAnswers: @unchecked Sendable {
                 return (entry.response, true)
             }
             let closest = scored.max { $0.1.score < $1.1.score }?.0.description
-            return (.failure(HARReplayError.noMatch(method: method, url: url, closest: closest)), false)
+            let error = HARReplayError.noMatch(method: method, url: url, closest: closest)
+            failures.append(error)
+            return (.failure(error), false)
         }
     }
 }

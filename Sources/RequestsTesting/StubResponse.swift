@@ -2,6 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
+import Requests
 
 /// What a stub answers with: a status, headers and a body, or an error; optionally after a delay.
 public struct StubResponse: Sendable {
@@ -18,6 +19,12 @@ public struct StubResponse: Sendable {
     /// An answer that comes later, from elsewhere (a HAR replay's request sent to the server): delivered like a
     /// delayed one, when it is ready.
     var deferred: DeferredAnswer?
+    /// The body in the pieces a replay delivers it in (a recorded stream's), each after its delay; `nil`: ``body`` in
+    /// one piece.
+    var pieces: [ReplayedPiece]?
+    /// The error the transfer breaks with after the body (a recorded transfer cut mid-body); only for the engine's
+    /// replay transport.
+    var errorAfterBody: (any Error)?
 
     /// A response with the given status, headers and body.
     public init(status: Int = 200, headers: [String: String] = [:], body: Data = Data(), delay: TimeInterval = 0) {
@@ -88,4 +95,13 @@ public struct StubError: Error, LocalizedError, CustomStringConvertible {
     public var description: String { message }
     /// The message.
     public var errorDescription: String? { message }
+}
+
+extension StubResponse {
+    /// This response as the engine's replay transport delivers it.
+    var replayed: ReplayedAnswer {
+        if let error { return .failure(error) }
+        let pieces = self.pieces ?? (body.isEmpty ? [] : [ReplayedPiece(data: body)])
+        return .response(ReplayedResponse(status: status, headers: headers, pieces: pieces, errorAfterBody: errorAfterBody))
+    }
 }

@@ -2,6 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
+import Requests
 
 /// The stubbed responses of one or more sessions, and a record of the requests they received.
 ///
@@ -224,5 +225,24 @@ final class StubsRegistry: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return byKey[key]?.stubs
+    }
+}
+
+/// The engine's side of a replay (``HARReplay``): a request the engine sends on a session registered with
+/// `ReplaySessions` is answered here as a stub would answer it, with the body it sends (which a `URLProtocol` never
+/// sees on Linux for an upload), and delivered by the engine's replay transport, which serves every request kind.
+extension Stubs: ReplaySource {
+    package func answer(for request: URLRequest, body: Data?, reply: @escaping @Sendable (ReplayedAnswer) -> Void) {
+        var request = request
+        // One setter: on Linux, setting `httpBodyStream` to `nil` clears `httpBody` too.
+        if let body { request.httpBody = body }
+        let response = self.response(for: request)
+        if let deferred = response.deferred {
+            deferred.whenReady { reply($0.replayed) }
+        } else if response.delay > 0 {
+            DispatchQueue.global().asyncAfter(deadline: .now() + response.delay) { reply(response.replayed) }
+        } else {
+            reply(response.replayed)
+        }
     }
 }

@@ -81,7 +81,7 @@ final class HARRecorderTests: XCTestCase {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-har").standardized
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, file.path]
+        process.arguments = ["python3", script.path, "--browser", file.path]
         let output = Pipe()
         (process.standardOutput, process.standardError) = (output, output)
         try process.run()

@@ -5,6 +5,8 @@ import Foundation
 
 /// Which transport carries an attempt, decided here and nowhere else (issue 51).
 ///
+/// A session a replay answers (`ReplaySessions`, `RequestsTesting`'s HAR replay) sends nothing: a ``ReplayTask``
+/// reports the recorded answers to the sink, for every request kind. Otherwise:
 /// URLSession everywhere, except on Linux for a caller who opts in to libcurl (``LinuxTransport/current``, whose
 /// default `REQUESTS_TRANSPORT=curl` in the environment sets; opt-in as a policy, since it does not consult the
 /// session's `URLCache`), where a transfer goes on libcurl directly when nothing it needs is URLSession's alone:
@@ -18,6 +20,12 @@ import Foundation
 enum Transport {
     /// The task of an attempt whose answer goes to `sink`: kept in memory, written to a file, or streamed.
     static func dataTask(for request: URLRequest, on session: URLSession, sink: TransferSink) -> any TransportTask {
+        if let source = ReplaySessions.source(for: session) {
+            let body = SentBody.of(request)
+            let task = ReplayTask(sending: request, body: body, source: source, sink: sink)
+            sink.attach(task, body: body, mayBeSentTwice: SentBody.mayBeSentTwice(request), canBeSentAgain: true)
+            return task
+        }
         #if os(Linux)
         if let loop = CurlSessions.loop(for: session, request: request) {
             let task = CurlTask(sending: request, on: loop, configuration: session.configuration, sink: sink)
@@ -30,6 +38,11 @@ enum Transport {
 
     /// The task of an upload attempt that sends `body` (see `SentBody`), whose answer `sink` keeps in memory.
     static func uploadTask(for request: URLRequest, body: SentBody, on session: URLSession, sink: TransferSink) -> any TransportTask {
+        if let source = ReplaySessions.source(for: session) {
+            let task = ReplayTask(sending: request, body: body, source: source, sink: sink)
+            sink.attach(task, body: body, mayBeSentTwice: SentBody.mayBeSentTwice(request), canBeSentAgain: body.canBeSentAgain(asUpload: true))
+            return task
+        }
         #if os(Linux)
         if let loop = CurlSessions.loop(for: session, request: request) {
             let task = CurlTask(sending: request, body: body, on: loop, configuration: session.configuration, sink: sink)

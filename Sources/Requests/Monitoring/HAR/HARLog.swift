@@ -14,6 +14,8 @@ package struct HARFile: Codable, Sendable {
 package struct HARLog: Codable, Sendable {
     package var version = "1.2"
     package var creator = HARCreator(name: "Requests", version: "0.1.0")
+    /// Always empty: the library has no pages. Written because Firefox's importer refuses a file without the array.
+    package var pages: [HAREmpty] = []
     package var entries: [HAREntry]
 
     package init(entries: [HAREntry]) {
@@ -165,17 +167,33 @@ package struct HARResponse: Codable, Sendable {
         return "\(type(of: error)): \(error)"
     }
 
-    /// The `URLError` that ``error`` names; `.unknown` when it names none (a browser's `net::ERR_…`).
+    /// The `URLError` that ``error`` names: the library's own `URLError <code>: …`, or the nearest code for a browser's
+    /// or a proxy's words (``foreignErrors``); `.unknown`, with the text as its description, for any other.
     package var urlError: URLError {
-        let parts = (error ?? "").split(separator: " ", maxSplits: 2)
+        let text = error ?? "no response"
+        let parts = text.split(separator: " ", maxSplits: 2)
         // `URLError.Code(rawValue:)` is failable on Linux only: `as` makes it optional on both.
-        guard parts.count >= 2, parts[0] == "URLError", let number = Int(parts[1].trimmingCharacters(in: CharacterSet(charactersIn: ":"))),
+        if parts.count >= 2, parts[0] == "URLError", let number = Int(parts[1].trimmingCharacters(in: CharacterSet(charactersIn: ":"))),
             let code = URLError.Code(rawValue: number) as URLError.Code?
-        else {
-            return URLError(.unknown, userInfo: [NSLocalizedDescriptionKey: error ?? "no response"])
+        {
+            return URLError(code)
         }
-        return URLError(code)
+        let lowered = text.lowercased()
+        let code = Self.foreignErrors.first { lowered.contains($0.words) }?.code ?? .unknown
+        return URLError(code, userInfo: [NSLocalizedDescriptionKey: text])
     }
+
+    /// What Chrome (`net::ERR_…`), Firefox and proxies such as mitmproxy write for a request without a response, and
+    /// the `URLError` code URLSession gives for the same failure.
+    private static let foreignErrors: [(words: String, code: URLError.Code)] = [
+        ("err_connection_refused", .cannotConnectToHost), ("connection refused", .cannotConnectToHost),
+        ("err_name_not_resolved", .cannotFindHost), ("name or service not known", .cannotFindHost),
+        ("err_timed_out", .timedOut), ("err_connection_timed_out", .timedOut), ("timed out", .timedOut),
+        ("err_internet_disconnected", .notConnectedToInternet),
+        ("err_connection_reset", .networkConnectionLost), ("err_connection_closed", .networkConnectionLost),
+        ("err_empty_response", .networkConnectionLost), ("connection reset", .networkConnectionLost),
+        ("err_aborted", .cancelled), ("err_cert_", .serverCertificateUntrusted), ("certificate", .serverCertificateUntrusted),
+    ]
 
     package init(status: Int, statusText: String, headers: [HARHeader], content: HARContent, redirectURL: String, bodySize: Int) {
         (self.status, self.statusText, self.headers, self.content, self.redirectURL, self.bodySize) = (status, statusText, headers, content, redirectURL, bodySize)

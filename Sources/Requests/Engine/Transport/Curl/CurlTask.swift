@@ -99,7 +99,7 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
 
     func curlTransfer(_ transfer: CurlTransfer, didReceive response: HTTPURLResponse) {
         if transfer.setsCookie { CurlCookies.store(from: response, for: transfer.request, in: configuration) }
-        if let location = Self.redirectLocation(of: response) {
+        if let location = RedirectProposal.location(of: response) {
             redirect = (response, location)
             redirectBody = Data()
             return
@@ -146,47 +146,17 @@ final class CurlTask: TransportTask, CurlTransferClient, @unchecked Sendable {
 
     // MARK: - Redirects
 
-    /// The absolute URL a 3xx sends the request to, when it is a redirect URLSession follows.
-    private static func redirectLocation(of response: HTTPURLResponse) -> URL? {
-        guard [301, 302, 303, 307, 308].contains(response.statusCode),
-            let location = response.value(forHTTPHeaderField: "Location"), !location.isEmpty
-        else { return nil }
-        return URL(string: location, relativeTo: response.url)?.absoluteURL
-    }
-
-    /// The request URLSession would propose after `response`: a 303, or a 301 or 302 of a POST, becomes a bodiless GET
-    /// (a HEAD stays a HEAD); others keep their method, headers and body.
-    private static func proposal(after response: HTTPURLResponse, to location: URL, from sent: URLRequest) -> URLRequest {
-        var next = sent
-        next.url = location
-        let method = sent.httpMethod?.uppercased() ?? "GET"
-        let becomesGet =
-            (response.statusCode == 303 && method != "HEAD" && method != "GET")
-            || ([301, 302].contains(response.statusCode) && method == "POST")
-        if becomesGet {
-            next.httpMethod = "GET"
-            next.httpBody = nil
-            next.setValue(nil, forHTTPHeaderField: "Content-Type")
-            next.setValue(nil, forHTTPHeaderField: "Content-Length")
-        }
-        return next
-    }
-
     private func rule(_ response: HTTPURLResponse, to location: URL, from sent: URLRequest, body: Data) {
-        let proposed = Self.proposal(after: response, to: location, from: sent)
+        let proposed = RedirectProposal.proposal(after: response, to: location, from: sent)
         guard let allowed = sink.willRedirect(response, to: proposed, from: sent.url) else {
             return deliver(response, body: body, from: sent)
         }
         // A redirect that keeps a body is sent again by the operation itself (`RedirectResend`), as on URLSession.
-        let keepsBody =
-            [301, 302, 307, 308].contains(response.statusCode)
-            && (allowed.httpMethod ?? "GET") == (sent.httpMethod ?? "GET") && (sendsUploadBody || !(sent.httpBody?.isEmpty ?? true))
-        if keepsBody {
+        if RedirectProposal.keepsBody(response, allowed: allowed, sent: sent, sendsUploadBody: sendsUploadBody) {
             sink.resendAfterCompletion(allowed)
             return deliver(response, body: Data(), from: sent)
         }
-        var next = allowed
-        if (next.httpMethod ?? "GET") != (sent.httpMethod ?? "GET") { next.httpBody = nil }
+        let next = RedirectProposal.next(allowed, after: sent)
         let transfer = CurlTransfer(request: next, freshConnection: Self.needsFreshConnection(next))
         transfer.client = self
         let goesOn: Bool = lock.withLock {

@@ -188,3 +188,44 @@ extension HARRecordingKindsTests {
         XCTAssertEqual(posted[1]["comment"] as? String, "a multipart form streamed from a file is not recorded")
     }
 }
+
+// MARK: - The file
+
+extension HARRecordingKindsTests {
+    func testAFileWithStreamsRedirectsAndFormsPassesCheckHAR() throws {
+        #if os(Linux) || os(macOS)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.stream("/events") { _ in .events(["data: one", "data: two"], intervalMilliseconds: 50) }
+        server.stream("/bytes") { _ in LoopbackStream(pieces: [Data([0, 0xFF]), Data([1, 0xFE])], intervalMilliseconds: 50) }
+        server.route("/from") { _ in LoopbackResponse(status: 302, headers: ["Location": "/to"]) }
+        server.route("/to") { _ in .text("landed") }
+        server.route("/form") { .text("\($0.body.count)") }
+        var form = MultipartFormData()
+        form.append("value", name: "field")
+        let recorder = HARRecorder()
+        stream(Events(url: server.url("/events")), recorder: recorder)
+        stream(StreamedPieces(url: server.url("/bytes")), recorder: recorder)
+        _ = outcomes(
+            [FetchData(url: server.url("/from")), UploadForm(url: server.url("/form"), form: form)], session: URLSession(configuration: .ephemeral),
+            monitors: [recorder])
+        XCTAssertEqual(recorder.entryCount, 5)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("kinds-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try recorder.write(to: file)
+
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-har").standardized
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, "--browser", file.path]
+        let output = Pipe()
+        (process.standardOutput, process.standardError) = (output, output)
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if process.terminationStatus == 2 { throw XCTSkip("python3 has no jsonschema (CI installs python3-jsonschema): \(text)") }
+        XCTAssertEqual(process.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("5 entries valid"), text)
+        #endif
+    }
+}

@@ -4,6 +4,7 @@ import FoundationNetworking
 import Foundation
 import Requests
 import RequestsTestServer
+import RequestsTesting
 import XCTest
 
 /// The raw pieces of a stream.
@@ -86,6 +87,28 @@ final class HARRecordingKindsTests: XCTestCase {
         XCTAssertEqual(content["text"] as? String, whole.base64EncodedString(), "the text is the pieces one after the other")
         XCTAssertEqual(content["size"] as? Int, whole.count)
         XCTAssertNil(content["comment"])
+    }
+
+    func testARecordedEventStreamIsReplayedAsTheSameEvents() throws {
+        let server = try LoopbackServer()
+        server.stream("/events") { _ in .events(["id: 1\ndata: one", "data: two", "event: last\ndata: three"], intervalMilliseconds: 50) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("events-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+        func events(_ replay: HARReplay) -> [ServerSentEvent] {
+            let events = Recorder<ServerSentEvent>()
+            let queue = OperationQueue()
+            queue.requestPolicies.monitors = replay.monitors
+            queue.addRequest(Events(url: server.url("/events")), session: replay.session, receive: { events.append($0) })
+            queue.waitUntilAllOperationsAreFinished()
+            return events.values
+        }
+        let recording = try HARReplay(file: file, mode: .once)
+        let live = events(recording)
+        try recording.finish()
+        server.stop()
+        XCTAssertEqual(live.map(\.data), ["one", "two", "three"])
+        // From the recorded pieces (`_chunks`), with the server gone.
+        XCTAssertEqual(events(try HARReplay(file: file, mode: .replayOnly)), live)
     }
 
     func testServerSentEventsAreRecordedAsTextAndCutAtTheBound() throws {

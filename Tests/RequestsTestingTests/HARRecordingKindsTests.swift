@@ -179,7 +179,8 @@ extension HARRecordingKindsTests {
             ["/from", "/to", "/submit", "/result", "/moved", "/moved-here"].map { server.url($0).absoluteString })
         XCTAssertEqual(responses.map { $0["status"] as? Int }, [302, 200, 303, 200, 307, 200])
         XCTAssertEqual(
-            responses.map { $0["redirectURL"] as? String }, [server.url("/to").absoluteString, "", server.url("/result").absoluteString, "", server.url("/moved-here").absoluteString, ""])
+            responses.map { $0["redirectURL"] as? String },
+            [server.url("/to").absoluteString, "", server.url("/result").absoluteString, "", server.url("/moved-here").absoluteString, ""])
         // The POST's body is on the POST, not on the GET the 303 asked for; a 307 sends it again.
         XCTAssertEqual(requests.map { ($0["postData"] as? [String: Any])?["text"] as? String }, [nil, nil, "payload", nil, "again", "again"])
         XCTAssertEqual(try self.content(entries[5])["text"] as? String, "got POST again")

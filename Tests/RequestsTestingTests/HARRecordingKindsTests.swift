@@ -32,6 +32,23 @@ struct UploadForm: UploadRequest {
     func processData(_ data: Data) throws -> Data { data }
 }
 
+/// POSTs `body` as a body stream of the request's own.
+struct StreamedBodyPost: DataRequest {
+    typealias Success = Data
+    typealias Failure = Error
+    let url: URL
+    let body: Data
+    var identifier: String { "stream-post \(url.absoluteString)" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBodyStream = InputStream(data: body)
+        request.setValue("\(body.count)", forHTTPHeaderField: "Content-Length")
+        completion(.success(request))
+    }
+    func processData(_ data: Data) throws -> Data { data }
+}
+
 /// What ``HARRecorder`` records of each kind of request: a stream piece by piece, a redirect hop by hop, a multipart
 /// form's body. (Run on libcurl too: `REQUESTS_TRANSPORT=curl swift test --filter HARRecordingKindsTests`.)
 final class HARRecordingKindsTests: XCTestCase {
@@ -185,6 +202,24 @@ extension HARRecordingKindsTests {
         XCTAssertEqual(requests.map { ($0["postData"] as? [String: Any])?["text"] as? String }, [nil, nil, "payload", nil, "again", "again"])
         XCTAssertEqual(try self.content(entries[5])["text"] as? String, "got POST again")
         XCTAssertTrue(entries.allSatisfy { $0["comment"] == nil }, "each entry is its own hop's: no 'after redirects'")
+    }
+
+    func testARedirectThatCouldNotBeFollowedIsOneEntry() throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/moved") { _ in LoopbackResponse(status: 307, headers: ["Location": "/moved-here"]) }
+        server.route("/moved-here") { _ in .text("never asked") }
+        // A body stream cannot be sent again: the 307 is the response (see Limits and security).
+        let recorder = HARRecorder()
+        let outcomes = outcomes(
+            [StreamedBodyPost(url: server.url("/moved"), body: Data("once".utf8))], session: URLSession(configuration: .ephemeral),
+            monitors: [recorder])
+        XCTAssertEqual(outcomes, ["status 307: "])
+        let entries = try entries(recorder)
+        XCTAssertEqual(entries.count, 1, "the 307, once")
+        XCTAssertEqual(try entries.map { try request($0)["url"] as? String }, [server.url("/moved").absoluteString])
+        XCTAssertEqual(try entries.map { try response($0)["status"] as? Int }, [307])
+        XCTAssertEqual(try entries.map { (try request($0)["postData"] as? [String: Any])?["comment"] as? String }, ["a body stream is not recorded"])
     }
 
     func testAMultipartFormBuiltInMemoryIsRecordedAndOneStreamedFromAFileIsNot() throws {

@@ -102,11 +102,11 @@ struct RedirectHop {
     /// When it was sent; `nil` when it is the task's own start (`RunState.sendTime`): a redirect Requests sends again
     /// on a new task (see `RedirectResend`).
     let start: DispatchTime?
-    /// Whether the attempt's upload body went with it: a redirect that kept the method (a 303, or a POST's 301 or
-    /// 302, becomes a bodiless GET).
+    /// Whether the attempt's upload body went with it: only after redirects that kept the method (a 303, or a
+    /// POST's 301 or 302, becomes a GET without a body).
     let carriesBody: Bool
 
-    /// The hop after `response` redirected `sent` (the attempt's first request) to `request`, starting now.
+    /// The hop that sends `request`, from `start`, in an attempt whose first request was `sent`.
     init(_ request: URLRequest, after sent: URLRequest?, start: DispatchTime?) {
         self.request = request
         self.start = start

@@ -103,27 +103,3 @@ struct Events: StreamRequest {
         completion(.success(URLRequest(url: url)))
     }
 }
-
-extension HARRecorderTests {
-    func testAStreamIsRecordedWithoutItsBody() throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.stream("/events") { _ in .events(["data: one\n\n", "data: two\n\n"]) }
-        let recorder = HARRecorder()
-        let queue = OperationQueue()
-        queue.requestPolicies.monitors = [recorder]
-        let done = expectation(description: "the stream ended")
-        let events = Recorder<String>()
-        queue.addRequest(Events(url: server.url("/events")), session: URLSession(configuration: .ephemeral), receive: { events.append($0.data) }) { _ in
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-
-        XCTAssertEqual(events.values, ["one", "two"])
-        let entry = try XCTUnwrap(try entries(recorder).first)
-        let content = try XCTUnwrap((entry["response"] as? [String: Any])?["content"] as? [String: Any])
-        XCTAssertEqual(content["size"] as? Int, 26, "the bytes the connection carried")
-        XCTAssertNil(content["text"])
-        XCTAssertEqual(content["comment"] as? String, "a stream's body is not recorded")
-    }
-}

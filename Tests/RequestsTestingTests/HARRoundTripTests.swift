@@ -90,11 +90,12 @@ final class HARRoundTripTests: XCTestCase {
         let paths = entries.compactMap {
             (($0["request"] as? [String: Any])?["url"] as? String).flatMap { URL(string: $0.replacingOccurrences(of: "<redacted>", with: "x"))?.path }
         }
-        XCTAssertEqual(paths, ["/users/7", "/missing", "/old", "/login", "/binary", "/counter", "/counter", "/nobody"])
-        let failed = try XCTUnwrap(entries[7]["response"] as? [String: Any])
+        // The redirect is two entries, one per hop: the 302, then the request it led to.
+        XCTAssertEqual(paths, ["/users/7", "/missing", "/old", "/users/8", "/login", "/binary", "/counter", "/counter", "/nobody"])
+        let failed = try XCTUnwrap(entries[8]["response"] as? [String: Any])
         XCTAssertEqual(failed["status"] as? Int, 0)
         XCTAssertEqual((failed["_error"] as? String)?.hasPrefix("URLError -1004:"), true)
-        let binary = try XCTUnwrap(entries[4]["response"] as? [String: Any])["content"] as? [String: Any]
+        let binary = try XCTUnwrap(entries[5]["response"] as? [String: Any])["content"] as? [String: Any]
         XCTAssertEqual(binary?["encoding"] as? String, "base64")
         XCTAssertEqual(binary?["text"] as? String, Data([0, 1, 2, 0xFF, 0xFE]).base64EncodedString())
 
@@ -110,10 +111,10 @@ final class HARRoundTripTests: XCTestCase {
         // The upload's answer is replayed as recorded: with its secret field redacted.
         XCTAssertEqual(replayed[3], #"ok {"received":35,"token":"<redacted>"}"#)
         XCTAssertEqual(replay.stubs?.unmatchedRequests.count, 0)
-        // The monitors see the same events, but for the redirect: the replay answers with its end at once.
-        XCTAssertEqual(liveEvents.lines.filter { !$0.hasPrefix("redirect") }, replayedEvents.lines)
+        // The monitors see the same events, the redirect included: the replay follows the recorded hops.
+        XCTAssertEqual(liveEvents.lines, replayedEvents.lines)
         XCTAssertEqual(liveEvents.lines.filter { $0.hasPrefix("redirect") }, ["redirect 302 /users/8"])
-        XCTAssertEqual(replayedEvents.lines.count, 7 * 3 + 2, "no receive for the server that was not there")
+        XCTAssertEqual(replayedEvents.lines.count, 7 * 3 + 2 + 1, "no receive for the server that was not there; one redirect")
     }
 }
 

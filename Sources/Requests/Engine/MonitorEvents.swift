@@ -50,11 +50,6 @@ enum MonitorEvent {
 }
 
 extension NetworkRequestOperation {
-    func redirected(_ response: HTTPURLResponse, to request: URLRequest) {
-        guard let attempt = ifNotCompleted({ run.sentRequest.map(currentAttempt(sending:)) }) ?? nil else { return }
-        emit(.willRedirect(attempt, response, to: request))
-    }
-
     /// Hands `event` to the monitors, after the events before it. Attempt events that come after the outcome
     /// (from an attempt a cancellation overtook) are dropped, so ``RequestEventMonitor/requestDidFinish(_:)`` is
     /// last; the completion is scheduled only after it, by whichever thread delivers it.

@@ -161,6 +161,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
             lazyRun?.backoff = nil
             lazyRun?.deadline.take()?.cancel()
             lazyRun?.sentRequest = nil
+            lazyRun?.redirectHop = nil
             lazyRun?.credential = nil
             lazyRun?.taskObserver = nil
             lazyRun?.cachedAttempt = nil
@@ -202,6 +203,8 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
                 // The attempt's request stays the one it sent first, as for a redirect URLSession follows: the
                 // summary's request, and the URI a response cache invalidates after an unsafe method.
                 if redirectsSoFar == 0, !afterLostConnection { (run.sentRequest, run.attemptsSent) = (urlRequest, run.attemptsSent + 1) }
+                // The exchanges a recording monitor gets are per hop: a redirect sent again on this new task is one.
+                run.redirectHop = redirectsSoFar > 0 ? RedirectHop(urlRequest, after: run.sentRequest, start: nil) : afterLostConnection ? run.redirectHop : nil
                 run.credential = credential
                 (run.metrics, run.answeredChallenge) = (nil, false)
                 var rules = TransferRules(policies)
@@ -287,7 +290,7 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         if let httpResponse {
             withLock { (run.response, run.bodyBytes) = (httpResponse, body.count) }
             emit(.didReceive(ending.attempt, httpResponse, bodyBytes: body.count, duration: ending.duration))
-            emitExchange(ending.attempt, response: httpResponse, body: body, duration: ending.duration)
+            emitExchange(ending.attempt, response: httpResponse, error: error, body: body, duration: ending.duration)
         } else if let error {
             emitExchange(ending.attempt, response: nil, error: error, body: nil, duration: ending.duration)
         }

@@ -29,6 +29,8 @@ final class RunState {
     var statusRule = StatusRule()
     /// How many times the request was sent again, per reason (see `Reattempt.swift`).
     var reattempts: [ReattemptReason: Int] = [:]
+    /// The hop of the current attempt after its latest redirect; `nil` before any (see `RedirectHop`).
+    var redirectHop: RedirectHop?
     /// The current attempt's upload body as prepared, and its length (-1: unknown until sent).
     var upload: (body: UploadBody, length: Int64)?
     /// The response cache's part in the current attempt (see `CachingStage.swift`), taken when it ends: no later

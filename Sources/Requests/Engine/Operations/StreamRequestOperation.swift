@@ -100,11 +100,14 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
             }
         }
         let sending = urlRequest
+        // Asked once per connection, not per piece: without a recording monitor the stream keeps nothing.
+        let recordingLimit = exchangeBodyLimit()
         let prepared = ifNotCompleted { () -> (StatusRule, RequestAttempt) in
             currentDecoder = decoder
             stream.reconnectPolicy = policy
             stream.bufferSize = bufferSize
             stream.startConnection()
+            stream.recording = recordingLimit.map(StreamRecording.init(limit:))
             return (StatusRule(validCodes: isReconnectingUnderLock ? [200, 204] : validCodes), currentAttempt(sending: sending))
         }
         guard let (rule, attempt) = prepared else { return nil }
@@ -177,14 +180,15 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
 
     /// The connection's body ended (normally when `error` is `nil`), after every chunk of it was processed.
     func end(with error: Error?) {
-        let state = ifNotCompleted { () -> (StreamState.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int) in
+        let state = ifNotCompleted { () -> (StreamState.Phase, RequestAttempt?, TimeInterval, HTTPURLResponse?, Int, StreamRecording?) in
             run.bodyBytes = Int(clamping: stream.bytes)
-            return (stream.phase, run.sentRequest.map(currentAttempt(sending:)), secondsSince(run.sendTime), run.response, stream.connectionBytes)
+            let attempt = run.sentRequest.map(currentAttempt(sending:))
+            return (stream.phase, attempt, secondsSince(run.sendTime), run.response, stream.connectionBytes, stream.recording.take())
         }
-        guard let (phase, attempt, duration, response, connectionBytes) = state, let attempt else { return }
+        guard let (phase, attempt, duration, response, connectionBytes, recording) = state, let attempt else { return }
         if let response {
             emit(.didReceive(attempt, response, bodyBytes: connectionBytes, duration: duration))
-            emitExchange(attempt, response: response, body: nil, streamedBytes: connectionBytes, duration: duration)
+            emitExchange(attempt, response: response, body: nil, streamed: recording?.body, duration: duration)
         }
         switch phase {
         case let .rejected(rejection):
@@ -267,12 +271,14 @@ public final class StreamRequestOperation<R: StreamRequest>: NetworkRequestOpera
         if runsNow { completion() }
     }
 
-    /// Drops the sink, the decoder and any bytes still waiting for the consumer, then releases what the base holds.
+    /// Drops the sink, the decoder, any bytes still waiting for the consumer and the pieces kept for a recording
+    /// monitor, then releases what the base holds.
     public override func releaseResources() {
         withLock {
             sink = nil
             currentDecoder = nil
             stream.inbox.removeAll()
+            stream.recording = nil
         }
         super.releaseResources()
     }

@@ -59,6 +59,8 @@ final class StreamState {
     var lastServerDelay: TimeInterval?
     /// The last response accepted, kept for the summary while a reconnection waits or fails.
     var lastResponse: HTTPURLResponse?
+    /// The current connection's body as a recording monitor keeps it; `nil` without one.
+    var recording: StreamRecording?
 
     /// What an input costs besides its bytes, against the buffer size and the memory limit.
     static var inputOverhead: Int { 64 }

@@ -37,9 +37,16 @@ extension StreamRequestOperation {
                 stream.pausedTransfer = transfer
                 return .heldBack
             }
-            if started { stream.hasStarted = true }
+            if started {
+                stream.hasStarted = true
+                stream.recording?.headArrived()
+            }
             stream.bytes += Int64(bytes)
             stream.connectionBytes += bytes
+            if stream.recording != nil, case let .bytes(data) = input {
+                // The one place every piece of the body passes, as it arrives and in order.
+                stream.recording?.received(data)
+            }
             if case .bytes = input, !stream.admitsArrival(of: bytes, offered: { sink?.offeredBytes() ?? 0 }) {
                 stream.hasOverflowed = true
                 return .overflowed(bufferSize: stream.bufferSize)

@@ -45,13 +45,31 @@ extension HAREntry {
     private static func response(_ response: HTTPURLResponse, body: CapturedBody, redaction: Redaction) -> HARResponse {
         let headers = Dictionary(response.allHeaderFields.map { ("\($0.key)", "\($0.value)") }, uniquingKeysWith: { first, _ in first })
         let mimeType = response.value(forHTTPHeaderField: "Content-Type") ?? ""
-        let (text, encoding, comment) = Self.text(of: body, mimeType: mimeType, redaction: redaction)
+        let content: HARContent
+        if body.chunks != nil, mimeType.lowercased().contains("json"), !redaction.jsonFields.isEmpty {
+            // A streamed JSON body is pieces that do not parse on their own (or lines of JSON), so hidden fields could
+            // not be found in them: neither the pieces nor the whole are kept.
+            let comment = "a streamed JSON body is not kept when JSON fields are redacted (\(body.size) bytes)"
+            content = HARContent(size: body.size, mimeType: mimeType, text: nil, encoding: nil, comment: comment)
+        } else {
+            let (text, encoding, comment) = Self.text(of: body, mimeType: mimeType, redaction: redaction)
+            content = HARContent(
+                size: body.size, mimeType: mimeType, text: text, encoding: encoding, comment: comment,
+                chunks: body.chunks?.map { Self.chunk($0, mimeType: mimeType, redaction: redaction) })
+        }
+        // `Location` may be relative: the URL it names, as browsers write it.
+        let location = response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0, relativeTo: response.url)?.absoluteURL }
         return HARResponse(
             status: response.statusCode, statusText: HTTPURLResponse.localizedString(forStatusCode: response.statusCode),
-            headers: Self.headers(headers, redaction: redaction),
-            content: HARContent(size: body.size, mimeType: mimeType, text: text, encoding: encoding, comment: comment),
-            redirectURL: response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0) }.map(redaction.string(for:)) ?? "",
+            headers: Self.headers(headers, redaction: redaction), content: content, redirectURL: location.map(redaction.string(for:)) ?? "",
             bodySize: body.size)
+    }
+
+    /// A piece of a streamed body, written as ``text(of:mimeType:redaction:)`` writes a whole body (a piece of text
+    /// that ends inside a character is written in Base64).
+    private static func chunk(_ chunk: CapturedChunk, mimeType: String, redaction: Redaction) -> HARChunk {
+        let (text, encoding, _) = Self.text(of: CapturedBody(bytes: chunk.bytes, size: chunk.bytes.count, omission: nil), mimeType: mimeType, redaction: redaction)
+        return HARChunk(time: (chunk.time * 1_000_000).rounded() / 1000, text: text ?? "", encoding: encoding)
     }
 
     /// What browsers write for a request that got no response: status `0`, and the error in `_error`.
@@ -88,7 +106,8 @@ extension HAREntry {
     }
 
     private static func isTextual(_ type: String) -> Bool {
-        type.hasPrefix("text/") || ["xml", "javascript", "x-www-form-urlencoded", "event-stream"].contains { type.contains($0) }
+        type.hasPrefix("text/") || type.hasPrefix("multipart/")
+            || ["xml", "javascript", "x-www-form-urlencoded", "event-stream"].contains { type.contains($0) }
     }
 }
 

@@ -225,3 +225,49 @@ extension HARReplayKindsTests {
         try replay.finish()
     }
 }
+
+extension HARReplayKindsTests {
+    /// A server that sends its headers and half its body, then closes: recorded with its status and `_error`, replayed
+    /// as the same failure, after the same bytes.
+    func testABodyThatBrokeOffIsRecordedAndReplayedAsTheSameFailure() throws {
+        let server = try LoopbackServer()
+        server.route("/broken") { _ in
+            var broken = LoopbackResponse.text(String(repeating: "x", count: 2000))
+            broken.fault = .closeMidBody
+            return broken
+        }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("broken-\(UUID().uuidString).har")
+        defer { try? FileManager.default.removeItem(at: file) }
+
+        let recording = try HARReplay(file: file, mode: .all)
+        let liveBytes = Recorder<Int>()
+        let monitor = BytesMonitor(bytes: liveBytes)
+        let live = outcomes([FetchData(url: server.url("/broken"))], session: recording.session, monitors: recording.monitors + [monitor])
+        try recording.finish()
+        server.stop()
+        XCTAssertTrue(live[0].hasPrefix("URLError"), live[0])
+
+        let entry = try XCTUnwrap(
+            (try JSONSerialization.jsonObject(with: Data(contentsOf: file)) as? [String: Any]).flatMap { ($0["log"] as? [String: Any])?["entries"] as? [[String: Any]] }?
+                .first)
+        let response = try XCTUnwrap(entry["response"] as? [String: Any])
+        XCTAssertEqual(response["status"] as? Int, 200)
+        XCTAssertNotNil(response["_error"] as? String, "the error beside the status")
+
+        let replay = try HARReplay(file: file, mode: .replayOnly)
+        let replayedBytes = Recorder<Int>()
+        let replayed = outcomes([FetchData(url: server.url("/broken"))], session: replay.session, monitors: [BytesMonitor(bytes: replayedBytes)])
+        XCTAssertEqual(replayed, live)
+        XCTAssertEqual(replayedBytes.values, liveBytes.values, "the same bytes arrived before the failure")
+        try replay.finish()
+    }
+}
+
+/// Records the body bytes of each attempt that got a response.
+private final class BytesMonitor: RequestEventMonitor, @unchecked Sendable {
+    let bytes: Recorder<Int>
+    init(bytes: Recorder<Int>) { self.bytes = bytes }
+    func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval) {
+        bytes.append(bodyBytes)
+    }
+}

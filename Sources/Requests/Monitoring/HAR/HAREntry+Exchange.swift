@@ -31,7 +31,9 @@ extension HAREntry {
                 return HARPostData(mimeType: sent.value(forHTTPHeaderField: "Content-Type") ?? "", text: text ?? "", encoding: encoding, comment: comment)
             },
             bodySize: exchange.requestBody?.size ?? 0)
-        let harResponse = exchange.response.map { Self.response($0, body: exchange.responseBody, redaction: redaction) } ?? Self.noResponse(exchange.transportError)
+        var harResponse = exchange.response.map { Self.response($0, body: exchange.responseBody, redaction: redaction) } ?? Self.noResponse(exchange.transportError)
+        // A transfer that broke after its headers: the error beside the status (a replay delivers the body, then it).
+        if exchange.response != nil, let error = exchange.transportError { harResponse.error = HARResponse.errorText(error) }
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         var finalURL: String?

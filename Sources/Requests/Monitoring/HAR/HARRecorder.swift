@@ -20,12 +20,14 @@ import Darwin
 ///
 /// Each attempt is one entry, in the order the attempts ended: the request as sent (its method, URL, headers and body)
 /// and the response (status, headers, body), with its timings; an attempt that got no response (a transport error) has
-/// status `0` and the error in `_error`, as browsers write it. Bodies are kept as UTF-8 text when their type is
-/// textual, in Base64 otherwise, and at most ``maximumBodyBytes`` of each. What ``redaction`` names is replaced by
-/// ``Redaction/placeholder``: by default the credential headers (``Redaction/credentialHeaders``). Not recorded: the
-/// bodies of streams, of multipart forms and of body streams (the entry says so in its `comment`), and the
-/// intermediate responses of redirects URLSession followed (the entry has the final response, and a comment naming
-/// its URL).
+/// status `0` and the error in `_error`, as browsers write it; one whose transfer broke after its headers has its status
+/// and the error in `_error`. Bodies are kept as UTF-8 text when their type is textual, in Base64 otherwise, and at
+/// most ``maximumBodyBytes`` of each. What ``redaction`` names is replaced by ``Redaction/placeholder``: by default the
+/// credential headers (``Redaction/credentialHeaders``). A followed redirect is one entry per hop, as browsers write
+/// them: the 3xx with its `redirectURL` (no body), then the request it led to. A stream's body is kept as it arrived:
+/// `content.text` holds the whole and `content._chunks` each piece with its time since the response's headers. Not
+/// recorded: the body of a multipart form streamed from a file (one built in memory is kept) and a request's own body
+/// stream (the entry says so in its `comment`).
 ///
 /// With ``maximumEntries`` set, only the newest entries are kept: an app can keep one attached and write its last
 /// exchanges for a bug report. Thread-safe.

@@ -63,33 +63,38 @@ struct ReplayEntry: Sendable {
             // No response (a transport error, or a request a browser blocked): replayed as the error.
             response = .failure(entry.response.urlError)
         case 100...599:
-            // A body cut short when recorded no longer has the length its headers say.
+            // A body cut short when recorded no longer has the length its headers say; a response without a body (a
+            // `HEAD`'s, a `304`) keeps the length it announced.
             let whole = content.size <= responseBody.count
-            response = Self.stubResponse(status: entry.response.status, headers: entry.response.headers, body: responseBody, isWhole: whole)
-            if let chunks = content.chunks {
+            let hasBody = ResponseBodyRule.hasBody(status: entry.response.status, method: entry.request.method)
+            response = Self.stubResponse(
+                status: entry.response.status, headers: entry.response.headers, body: hasBody ? responseBody : Data(),
+                rewritesLength: hasBody && whole)
+            if let chunks = content.chunks, hasBody {
                 response.pieces = try Self.pieces(of: chunks, index: index, pacing: pacing)
             }
-            // A response whose transfer broke (`_error` beside a status): its body so far, then the error.
-            if entry.response.error != nil { response.errorAfterBody = entry.response.urlError }
+            // A response whose transfer broke: its body so far, then the error. Trusted when the library wrote it (a
+            // `URLError`) or when the body is known to be short; a browser's `_error` beside a whole body (Chrome's
+            // `net::ERR_ABORTED` for a page that moved on) is not a failure of the response.
+            let error = (entry.response.error ?? "").trimmingCharacters(in: .whitespaces)
+            if !error.isEmpty, error.hasPrefix("URLError ") || !whole { response.errorAfterBody = entry.response.urlError }
         default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }
     }
 
-    /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded;
-    /// `Content-Length` is kept, as the body's length, only for a body that is `isWhole`) or that are not HTTP/1.1
-    /// fields (HTTP/2's `:status`), and with repeated headers joined.
-    static func stubResponse(status: Int, headers: [HARHeader], body: Data, isWhole: Bool = true) -> StubResponse {
+    /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded, whole)
+    /// or that are not HTTP/1.1 fields (HTTP/2's `:status`), and with repeated headers joined. A recorded
+    /// `Content-Length` becomes the body's length when `rewritesLength` (a whole body), else is kept as recorded.
+    static func stubResponse(status: Int, headers: [HARHeader], body: Data, rewritesLength: Bool = true) -> StubResponse {
         var joined: [String: String] = [:]
-        var hadLength = false
         for header in headers {
             let name = header.name.lowercased()
-            hadLength = hadLength || name == "content-length"
+            if name == "content-length" {
+                joined["Content-Length"] = rewritesLength ? String(body.count) : header.value
+            }
             guard !droppedResponseHeaders.contains(name), !name.hasPrefix(":") else { continue }
             joined[header.name] = joined[header.name].map { "\($0), \(header.value)" } ?? header.value
-        }
-        if hadLength, isWhole, !headers.contains(where: { $0.name.lowercased() == "content-encoding" }) {
-            joined["Content-Length"] = String(body.count)
         }
         return StubResponse(status: status, headers: joined, body: body)
     }
@@ -99,7 +104,7 @@ struct ReplayEntry: Sendable {
         var previous = 0.0
         return try chunks.enumerated().map { offset, chunk in
             let data = try bytes(chunk.text, encoding: chunk.encoding, index: index, field: "response.content._chunks[\(offset)]")
-            let time = max(chunk.time, previous)
+            let time = chunk.time.isFinite ? max(chunk.time, previous) : previous
             defer { previous = time }
             return ReplayedPiece(delay: pacing ? (time - previous) / 1000 : 0, data: data)
         }

@@ -34,7 +34,7 @@ public enum HARRecordMode: Sendable {
 /// download, stream and server-sent events) never reach the network: the engine hands them to the replay, with the
 /// body they send, and delivers the recorded answer as the transport would. A request gets the response of the first
 /// entry that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they
-/// were recorded; the last one then repeats. A recorded redirect is followed hop by hop, as the session's redirect
+/// were recorded; the last one then repeats (unless its transfer broke after its headers). A recorded redirect is followed hop by hop, as the session's redirect
 /// rules say. A recorded stream's body arrives in its recorded pieces (`_chunks`), all at once or, with `pacing`, each
 /// after its recorded delay. Files exported by browsers and proxies are read too: missing optional fields,
 /// `content.encoding` `base64`, a missing `content.text` (an empty body), HTTP/2 pseudo-headers. Tasks made on
@@ -166,7 +166,10 @@ final class ReplayAnswers: @unchecked Sendable {
             return (forwarder.forward(request), true)
         }
         return lock.withLock {
-            if let entry = candidates.first(where: { !used.contains($0.index) }) ?? candidates.last {
+            // The last one repeats, unless its transfer broke: a stream that reconnects after it would get its events
+            // again and again.
+            let repeated = candidates.last.flatMap { $0.response.errorAfterBody == nil ? $0 : nil }
+            if let entry = candidates.first(where: { !used.contains($0.index) }) ?? repeated {
                 used.insert(entry.index)
                 return (entry.response, true)
             }

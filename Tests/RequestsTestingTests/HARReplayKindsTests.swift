@@ -271,3 +271,85 @@ private final class BytesMonitor: RequestEventMonitor, @unchecked Sendable {
         bytes.append(bodyBytes)
     }
 }
+
+/// GET `url` with a request timeout of `timeout` seconds, as a stream of raw chunks.
+private struct ImpatientChunks: StreamRequest {
+    let url: URL
+    let timeout: TimeInterval
+    var identifier: String { "impatient \(url.absoluteString)" }
+    func makeURLRequest(completion: @escaping (Result<URLRequest, Error>) -> Void) {
+        completion(.success(URLRequest(url: url, timeoutInterval: timeout)))
+    }
+}
+
+extension HARReplayKindsTests {
+    func testAResponseWithoutABodyGetsNoneAndKeepsItsLength() throws {
+        let replay = try HARReplay(
+            file: harFile([
+                harEntry(
+                    "https://replay.test/file", method: "HEAD", headers: #"[{"name": "Content-Length", "value": "1048576"}]"#,
+                    content: #"{"size": 0, "mimeType": ""}"#),
+                // As browsers export a 304: with the cached body, which no 304 carries.
+                harEntry(
+                    "https://replay.test/config", status: 304, headers: #"[{"name": "Content-Length", "value": "51"}, {"name": "ETag", "value": "\"v1\""}]"#,
+                    content: #"{"size": 51, "mimeType": "application/json", "text": "{\"features\":{\"streaming\":true},\"version\":\"2026\"}"}"#),
+            ]), mode: .replayOnly)
+        let queue = OperationQueue()
+        let head = Recorder<HTTPURLResponse>()
+        let monitor = ResponseMonitor(responses: head)
+        queue.requestPolicies.monitors = [monitor]
+        queue.addRequest(FetchData(url: URL(string: "https://replay.test/file")!, method: "HEAD"), session: replay.session) { _ in }
+        queue.addRequest(FetchData(url: URL(string: "https://replay.test/config")!), session: replay.session) { _ in }
+        queue.waitUntilAllOperationsAreFinished()
+        let responses = Dictionary(head.values.map { ($0.statusCode, $0) }, uniquingKeysWith: { first, _ in first })
+        XCTAssertEqual(responses[200]?.expectedContentLength, 1_048_576, "a HEAD's length is the representation's")
+        XCTAssertEqual(monitor.bodyBytes.values.sorted(), [0, 0], "neither the HEAD nor the 304 delivers a body")
+    }
+
+    func testABrowsersErrorBesideAWholeBodyIsNotAFailure() throws {
+        let replay = try HARReplay(
+            file: harFile([
+                #"{"request": {"method": "GET", "url": "https://replay.test/a"}, "response": {"status": 200, "_error": "net::ERR_ABORTED", "content": {"size": 2, "mimeType": "text/plain", "text": "ok"}}}"#,
+                #"{"request": {"method": "GET", "url": "https://replay.test/b"}, "response": {"status": 200, "_error": "", "content": {"size": 2, "mimeType": "text/plain", "text": "ok"}}}"#,
+                #"{"request": {"method": "GET", "url": "https://replay.test/c"}, "response": {"status": 200, "_error": "net::ERR_CONNECTION_RESET", "content": {"size": 10, "mimeType": "text/plain", "text": "part"}}}"#,
+            ]), mode: .replayOnly)
+        let results = outcomes(
+            ["a", "b", "c"].map { FetchData(url: URL(string: "https://replay.test/\($0)")!) }, session: replay.session, monitors: [])
+        XCTAssertEqual(results, ["ok ok", "ok ok", "URLError \(URLError.networkConnectionLost.rawValue)"], "only a body known to be short broke")
+    }
+
+    func testAHostilePauseEndsAtTheRequestsTimeout() throws {
+        let content = #"{"mimeType": "text/plain", "text": "ab", "_chunks": [{"time": 0, "text": "a"}, {"time": 1e300, "text": "b"}]}"#
+        let replay = try HARReplay(file: harFile([harEntry("https://replay.test/ticks", content: content)]), mode: .replayOnly, pacing: true)
+        let received = Recorder<String>()
+        let queue = OperationQueue()
+        queue.addRequest(
+            ImpatientChunks(url: URL(string: "https://replay.test/ticks")!, timeout: 1), session: replay.session,
+            receive: { received.append(String(decoding: $0, as: UTF8.self)) })
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(received.values, ["a", "b"])
+    }
+
+    func testAFieldTheReplayAnswersWithMustHaveItsType() throws {
+        for entry in [
+            #"{"request": {"method": 5, "url": "https://replay.test/a"}, "response": {"status": 200}}"#,
+            #"{"request": {"url": "https://replay.test/a"}, "response": {"status": 200, "content": {"text": ["x"]}}}"#,
+            #"{"request": {"url": "https://replay.test/a"}, "response": {"status": 200, "content": {"text": "x", "_chunks": [{"time": 0, "text": 7}]}}}"#,
+        ] {
+            XCTAssertThrowsError(try HARReplay(file: harFile([entry]), mode: .replayOnly), entry) { error in
+                guard case HARReplayError.unreadableFile = error else { return XCTFail("\(error)") }
+            }
+        }
+    }
+}
+
+/// Keeps each response and its body's size.
+private final class ResponseMonitor: RequestEventMonitor, @unchecked Sendable {
+    let responses: Recorder<HTTPURLResponse>
+    let bodyBytes = Recorder<Int>()
+    init(responses: Recorder<HTTPURLResponse>) { self.responses = responses }
+    func requestDidReceive(_ attempt: RequestAttempt, response: HTTPURLResponse, bodyBytes: Int, duration: TimeInterval) {
+        responses.append(response)
+        self.bodyBytes.append(bodyBytes)
+    }
+}

@@ -19,10 +19,10 @@ import Foundation
 /// that has one is the same for every kind but two: a decodable request fails unless it lists the status or the method
 /// (``DecodableRequest/emptyResponseStatusCodes``, ``DecodableRequest/emptyResponseMethods``), and a stream counts the
 /// connection. No size limit applies to a length that no body follows.
-enum ResponseBodyRule {
+package enum ResponseBodyRule {
     /// Whether the response with `status` to a request sent with `method` has a body (which may be empty). `method` is
     /// read only for a status that may have one.
-    static func hasBody(status: Int, method: @autoclosure () -> String?) -> Bool {
+    package static func hasBody(status: Int, method: @autoclosure () -> String?) -> Bool {
         guard !(100..<200).contains(status), status != 204, status != 205, status != 304 else { return false }
         return method()?.uppercased() != "HEAD"
     }

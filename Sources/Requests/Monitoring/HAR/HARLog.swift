@@ -110,7 +110,7 @@ package struct HARRequest: Codable, Sendable {
 
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        method = container.lenient(.method, or: "GET")
+        method = try container.strict(.method) ?? "GET"
         url = try container.decode(String.self, forKey: .url)
         httpVersion = container.lenient(.httpVersion, or: "HTTP/1.1")
         headers = try container.decodeIfPresent([HARHeader].self, forKey: .headers) ?? []
@@ -135,8 +135,8 @@ package struct HARPostData: Codable, Sendable {
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         mimeType = container.lenient(.mimeType, or: "")
-        text = container.lenient(.text, or: "")
-        encoding = container.lenient(.encoding)
+        text = try container.strict(.text) ?? ""
+        encoding = try container.strict(.encoding)
         comment = container.lenient(.comment)
     }
 }
@@ -238,8 +238,8 @@ package struct HARContent: Codable, Sendable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         size = container.lenient(.size, or: -1)
         mimeType = container.lenient(.mimeType, or: "")
-        text = container.lenient(.text)
-        encoding = container.lenient(.encoding)
+        text = try container.strict(.text)
+        encoding = try container.strict(.encoding)
         comment = container.lenient(.comment)
         chunks = try container.decodeIfPresent([HARChunk].self, forKey: .chunks)
     }
@@ -260,8 +260,8 @@ package struct HARChunk: Codable, Sendable, Equatable {
     package init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         time = container.lenient(.time, or: 0)
-        text = container.lenient(.text, or: "")
-        encoding = container.lenient(.encoding)
+        text = try container.strict(.text) ?? ""
+        encoding = try container.strict(.encoding)
     }
 }
 
@@ -303,5 +303,11 @@ extension KeyedDecodingContainer {
     /// The scalar at `key`, or `nil` when it is missing, `null` or of another type.
     fileprivate func lenient<Value: Decodable>(_ key: Key) -> Value? {
         (try? decodeIfPresent(Value.self, forKey: key)) ?? nil
+    }
+
+    /// The value at `key`, or `nil` when it is missing or `null`; a value of another type is an error. For the fields a
+    /// replay answers with (a method, a body and its encoding), which must not silently become something else.
+    fileprivate func strict<Value: Decodable>(_ key: Key) throws -> Value? {
+        try decodeIfPresent(Value.self, forKey: key)
     }
 }

@@ -10,8 +10,10 @@ import Foundation
 /// A 3xx with a `Location` is ruled on by the sink (`RedirectProposal`, as on libcurl): followed by asking the source
 /// for the next request, or handed back to the operation when it keeps a body, or refused, and then it is the response.
 /// The body goes to the sink in the answer's pieces, each after its delay; a sink that holds a piece back
-/// (``TransferSink/offer(_:)``) gets it again after ``resumeReceiving()``. Nothing here times out: a recorded answer
-/// always ends. The sink's callbacks run on one serial queue per task.
+/// (``TransferSink/offer(_:)``) gets it again after ``resumeReceiving()``; a response without a body (a `HEAD`'s, a
+/// `304`) gets none. Nothing here times out: a recorded answer always ends (a paced piece waits at most
+/// the request's `timeoutInterval`, the longest pause a live transfer survives). The session's configuration is not applied: no extra headers, cookies or request timeout. The
+/// sink's callbacks run on one serial queue per task.
 final class ReplayTask: TransportTask, @unchecked Sendable {
     private let source: any ReplaySource
     private let sink: TransferSink
@@ -23,6 +25,8 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
     private var resumed = false
     private var stopped = false
     private var lastResponse: URLResponse?
+    /// The wait before a paced piece, cancelled by a stop.
+    private var pendingWait: DispatchWorkItem?
     /// On `queue`: the response whose body is being delivered, its pieces, the next one's index, and whether the sink
     /// held that one back.
     private var delivering: (response: HTTPURLResponse, pieces: [ReplayedPiece], error: (any Error)?)?
@@ -55,7 +59,12 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
     /// Stops delivering. The operation has its outcome already (a cancel, a rule that ended the attempt): nothing more
     /// reaches the sink.
     func stop(after delay: TimeInterval?) {
-        lock.withLock { stopped = true }
+        let wait = lock.withLock { () -> DispatchWorkItem? in
+            stopped = true
+            return pendingWait
+        }
+        // The wait for a paced piece lets go of this task at once.
+        wait?.cancel()
     }
 
     func resumeReceiving() {
@@ -91,7 +100,9 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
 
     // MARK: - On `queue`
 
+    /// Asks the source for the answer to `request` (nothing once stopped: a cancelled request uses up no entry).
     private func ask(for request: URLRequest, body: Data?) {
+        guard !isStopped else { return }
         bytesSent = Int64(body?.count ?? 0)
         source.answer(for: request, body: body) { answer in
             self.queue.async { self.handle(answer, to: request) }
@@ -100,6 +111,11 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
 
     private func handle(_ answer: ReplayedAnswer, to request: URLRequest) {
         guard !isStopped else { return }
+        if bytesSent > 0 {
+            // The body went, as a transport reports it (upload progress).
+            sink.measure(sentTotal: bytesSent)
+            sink.didSend(total: bytesSent, expected: bytesSent)
+        }
         switch answer {
         case let .failure(error):
             let reported = sink.reported(error)
@@ -110,11 +126,16 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
             else {
                 return sink.didComplete(response: nil, error: URLError(.badServerResponse))
             }
-            if let location = RedirectProposal.location(of: response), follow(response, to: location, from: request) { return }
+            // A redirect is ruled on once its 3xx has come whole, as on libcurl.
+            if answer.errorAfterBody == nil, let location = RedirectProposal.location(of: response), follow(response, to: location, from: request) {
+                return
+            }
             lock.withLock { lastResponse = response }
             sink.measure(arrived: response)
             guard sink.shouldAccept(response) else { return }
-            delivering = (response, answer.pieces, answer.errorAfterBody)
+            // A response without a body (a `HEAD`'s, a `304`) gets none, whatever the file holds for it.
+            let pieces = ResponseBodyRule.hasBody(status: answer.status, method: request.httpMethod) ? answer.pieces : []
+            delivering = (response, pieces, answer.errorAfterBody)
             (next, waitedForNext, countedNext) = (0, false, false)
             deliverNextPiece()
         }
@@ -144,13 +165,14 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
         while !isStopped, let (response, pieces, error) = delivering {
             guard next < pieces.count else {
                 delivering = nil
-                sink.measure(sentTotal: bytesSent)
                 return sink.didComplete(response: response, error: sink.reported(error))
             }
             let piece = pieces[next]
             if piece.delay > 0, !waitedForNext {
                 waitedForNext = true
-                queue.asyncAfter(deadline: .now() + piece.delay) { self.deliverNextPiece() }
+                let wait = DispatchWorkItem { self.deliverNextPiece() }
+                lock.withLock { pendingWait = wait }
+                queue.asyncAfter(deadline: .now() + min(piece.delay, sent.timeoutInterval), execute: wait)
                 return
             }
             // Counted once, when first offered, as on libcurl.

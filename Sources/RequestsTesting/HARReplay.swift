@@ -31,16 +31,17 @@ public enum HARRecordMode: Sendable {
 /// ```
 ///
 /// When replaying, the requests the library runs on ``session`` (every kind: data, upload, download, resumable
-/// download, stream and server-sent events) never reach the network: the engine hands them to the replay, with the
-/// body they send, and delivers the recorded answer as the transport would. A request gets the response of the first
-/// entry that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they
-/// were recorded; the last one then repeats (unless its transfer broke after its headers). A recorded redirect is followed hop by hop, as the session's redirect
-/// rules say. A recorded stream's body arrives in its recorded pieces (`_chunks`), all at once or, with `pacing`, each
-/// after its recorded delay. Files exported by browsers and proxies are read too: missing optional fields,
-/// `content.encoding` `base64`, a missing `content.text` (an empty body), HTTP/2 pseudo-headers. Tasks made on
-/// ``session`` directly, outside the library, are answered by its stubs (see ``Stubs``), with the `URLProtocol`
-/// limits on Linux (no downloads, no upload bodies). When recording, ``session`` is a real ephemeral session and
-/// ``monitors`` holds the `HARRecorder`. Thread-safe.
+/// download, stream and server-sent events) never reach the network: the engine hands them to the replay, with the body
+/// they send, and delivers the recorded answer as the transport would. A request gets the response of the first entry
+/// that matches it (``HARMatching``), and a request repeated gets the next matching entry's, in the order they were
+/// recorded; the last one then repeats (unless its transfer broke after its headers). A recorded redirect is followed
+/// hop by hop, as the session's redirect rules say. A recorded stream's body arrives in its recorded pieces
+/// (`_chunks`), all at once or, with `pacing`, each after its recorded delay. Files exported by browsers and proxies
+/// are read too: missing optional fields, `content.encoding` `base64`, a missing `content.text` (an empty body), HTTP/2
+/// pseudo-headers. Tasks made on ``session`` directly, outside the library, are answered by its stubs (see ``Stubs``),
+/// with the `URLProtocol` limits on Linux (no downloads, no upload bodies). The session's configuration (extra headers,
+/// cookies, the request timeout) does not apply to a replayed request. When recording, ``session`` is a real ephemeral
+/// session and ``monitors`` holds the `HARRecorder`. Thread-safe.
 public final class HARReplay: @unchecked Sendable {
     /// Whether this replay records (the file is written by ``finish()``) rather than replays.
     public let isRecording: Bool
@@ -62,8 +63,9 @@ public final class HARReplay: @unchecked Sendable {
     public let stubs: Stubs?
 
     /// A replay of `file` in `mode`: matching requests as `matching` says, or recording them with `redaction` and at
-    /// most `maximumBodyBytes` of each body; with `pacing`, a recorded stream's pieces keep their recorded delays. Throws ``HARReplayError`` for a file that is missing in
-    /// ``HARRecordMode/replayOnly`` mode, or that cannot be read as HAR.
+    /// most `maximumBodyBytes` of each body; with `pacing`, a recorded stream's pieces keep their recorded delays.
+    /// Throws ``HARReplayError`` for a file that is missing in ``HARRecordMode/replayOnly`` mode, or that cannot be
+    /// read as HAR.
     public init(
         file: URL, mode: HARRecordMode = .once, matching: HARMatching = HARMatching(), redaction: Redaction = Redaction(),
         maximumBodyBytes: Int = HARRecorder.defaultMaximumBodyBytes, pacing: Bool = false

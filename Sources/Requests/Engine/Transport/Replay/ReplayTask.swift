@@ -11,9 +11,9 @@ import Foundation
 /// for the next request, or handed back to the operation when it keeps a body, or refused, and then it is the response.
 /// The body goes to the sink in the answer's pieces, each after its delay; a sink that holds a piece back
 /// (``TransferSink/offer(_:)``) gets it again after ``resumeReceiving()``; a response without a body (a `HEAD`'s, a
-/// `304`) gets none. Nothing here times out: a recorded answer always ends (a paced piece waits at most
-/// the request's `timeoutInterval`, the longest pause a live transfer survives). The session's configuration is not applied: no extra headers, cookies or request timeout. The
-/// sink's callbacks run on one serial queue per task.
+/// `304`) gets none. Nothing here times out: a recorded answer always ends (a paced piece waits at most the request's
+/// `timeoutInterval`, the longest pause a live transfer survives). The session's configuration is not applied: no extra
+/// headers, cookies or request timeout. The sink's callbacks run on one serial queue per task.
 final class ReplayTask: TransportTask, @unchecked Sendable {
     private let source: any ReplaySource
     private let sink: TransferSink
@@ -127,8 +127,8 @@ final class ReplayTask: TransportTask, @unchecked Sendable {
                 return sink.didComplete(response: nil, error: URLError(.badServerResponse))
             }
             // A redirect is ruled on once its 3xx has come whole, as on libcurl.
-            if answer.errorAfterBody == nil, let location = RedirectProposal.location(of: response), follow(response, to: location, from: request) {
-                return
+            if answer.errorAfterBody == nil, let location = RedirectProposal.location(of: response) {
+                if follow(response, to: location, from: request) { return }
             }
             lock.withLock { lastResponse = response }
             sink.measure(arrived: response)

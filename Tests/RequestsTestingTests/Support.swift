@@ -108,3 +108,25 @@ extension Delivery {
     var text: String? { data.map { String(decoding: $0, as: UTF8.self) } }
     var status: Int? { response?.statusCode }
 }
+
+#if os(Linux) || os(macOS)
+extension XCTestCase {
+    /// Runs `scripts/check-har --browser` on `file` (an independent reader: the HAR 1.2 schema, and what Chrome's and
+    /// Firefox's importers need), fails the test unless it accepts the file, and returns what it printed. Skips when
+    /// python3 has no `jsonschema` (CI installs it).
+    func checkHAR(_ file: URL, sourceFile: StaticString = #filePath, line: UInt = #line) throws -> String {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/check-har").standardized
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, "--browser", file.path]
+        let output = Pipe()
+        (process.standardOutput, process.standardError) = (output, output)
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if process.terminationStatus == 2 { throw XCTSkip("python3 has no jsonschema (CI installs python3-jsonschema): \(text)") }
+        XCTAssertEqual(process.terminationStatus, 0, text, file: sourceFile, line: line)
+        return text
+    }
+}
+#endif

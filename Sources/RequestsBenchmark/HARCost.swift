@@ -6,7 +6,8 @@ import Foundation
 import Requests
 
 // `requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64] [--max-entries 1000]
-//                          [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]`:
+//                          [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]
+//                          [--url BASE | --serve]`:
 // issue 49's row "recording costs at most 5 % of throughput at C=16 for bodies up to 64 KiB". nginx (1 worker) serves
 // JSON arrays of each size (`application/json`) and answers `POST /post`; the library GETs them as `DataRequest`s (the
 // raw body, nothing decoded: the cheapest request, so the recorder's share is the largest), all of a round's requests
@@ -14,7 +15,9 @@ import Requests
 // monitors, one with a `HARRecorder` in `requestPolicies.monitors` (the default redaction and `maximumBodyBytes`,
 // 1 MiB; `maximumEntries` `--max-entries`, the "keep the last N for a bug report" use). The rounds alternate which
 // goes first, after a warm-up of each. Prints req/s, CPU per request and with ÷ without per case, then the time
-// `harData()` takes for the entries kept.
+// `harData()` takes for the entries kept. For callgrind, which cannot start nginx from the process it traces:
+// `har-cost --serve` starts nginx with the files and prints its base URL (until standard input closes), and
+// `har-cost --url BASE --side with` runs against it.
 
 /// The recording row's settings.
 struct HARCostSettings {
@@ -30,6 +33,10 @@ struct HARCostSettings {
     var noOpMonitor = false
     /// For a profiler: run only this side ("without" or "with").
     var side: String?
+    /// A server started by `har-cost --serve` (valgrind cannot start nginx from inside the process it traces).
+    var baseURL: URL?
+    /// Only start nginx, print its base URL, and serve until standard input closes.
+    var serve = false
 
     init(_ arguments: [String]) {
         var flags = FlagReader(arguments, mode: "har-cost")
@@ -42,6 +49,13 @@ struct HARCostSettings {
             case "--post-bytes": postBytes = max(20, flags.number(flag))
             case "--no-post": post = false
             case "--no-op-monitor": noOpMonitor = true
+            case "--serve": serve = true
+            case "--url":
+                let text = flags.value(flag)
+                guard let url = URL(string: text.hasSuffix("/") ? String(text.dropLast()) : text), url.scheme == "http" else {
+                    fail("har-cost: --url takes a base URL such as http://127.0.0.1:8080, not \(text)", code: 2)
+                }
+                baseURL = url
             case "--json-fields": jsonFields = Set(flags.value(flag).split(separator: ",").map(String.init))
             case "--sizes":
                 let text = flags.value(flag)
@@ -185,39 +199,48 @@ private func measureHARCost(_ kind: HARCostCase, settings: HARCostSettings) -> H
 /// `requests-bench har-cost …`: exits 1 if a request failed.
 func runHARCostCommand(_ arguments: [String]) -> Never {
     let settings = HARCostSettings(arguments)
-    guard let executable = NginxServer.findExecutable() else { fail("har-cost: nginx not found (apt-get install -y nginx-light)", code: 2) }
     let files = Dictionary(uniqueKeysWithValues: settings.sizesKiB.map { ("body-\($0)k.json", $0 << 10) })
-    let nginx: NginxServer
-    do {
-        nginx = try NginxServer(executable: executable, jsonFiles: files, postServers: settings.post ? [1_000_000] : [])
-    } catch {
-        fail("har-cost: \(error)", code: 2)
+    var nginx: NginxServer?
+    if settings.baseURL == nil {
+        guard let executable = NginxServer.findExecutable() else { fail("har-cost: nginx not found (apt-get install -y nginx-light)", code: 2) }
+        do {
+            nginx = try NginxServer(executable: executable, jsonFiles: files)
+        } catch {
+            fail("har-cost: \(error)", code: 2)
+        }
+        NginxServer.runningPID = nginx?.processIdentifier ?? 0
+        signal(SIGINT) { _ in
+            if NginxServer.runningPID > 0 { kill(NginxServer.runningPID, SIGTERM) }
+            _exit(130)
+        }
     }
-    NginxServer.runningPID = nginx.processIdentifier
-    signal(SIGINT) { _ in
-        if NginxServer.runningPID > 0 { kill(NginxServer.runningPID, SIGTERM) }
-        _exit(130)
+    guard let base = settings.baseURL ?? nginx?.baseURL else { fail("har-cost: no server", code: 2) }
+    if settings.serve {
+        FileHandle.standardOutput.write(Data((base.absoluteString + "\n").utf8))
+        _ = FileHandle.standardInput.readDataToEndOfFile()
+        nginx?.stop()
+        exit(0)
     }
     let loadAtStart = ResourceUsage.loadAverage()
     var cases = settings.sizesKiB.map {
-        HARCostCase.get(nginx.baseURL.appendingPathComponent("json-files/body-\($0)k.json"), bytes: $0 << 10)
+        HARCostCase.get(base.appendingPathComponent("json-files/body-\($0)k.json"), bytes: $0 << 10)
     }
     if settings.post {
-        cases.append(.post(nginx.postBaseURLs[0].appendingPathComponent("post"), body: KeepalivePost.body(bytes: settings.postBytes)))
+        cases.append(.post(base.appendingPathComponent("post"), body: KeepalivePost.body(bytes: settings.postBytes)))
     }
     log(
         "har-cost: \(settings.requests) requests per round, \(settings.rounds) rounds, concurrency \(settings.concurrency), "
             + "HARRecorder(maximumEntries: \(settings.maximumEntries)\(settings.jsonFields.isEmpty ? "" : ", jsonFields \(settings.jsonFields.sorted())")), "
-            + "nginx at \(nginx.baseURL.absoluteString); load \(loadAtStart)")
+            + "server at \(base.absoluteString); load \(loadAtStart)")
     let results = cases.map { measureHARCost($0, settings: settings) }
-    nginx.stop()
+    nginx?.stop()
     NginxServer.runningPID = 0
     let loadAtEnd = ResourceUsage.loadAverage()
 
     print("")
     print(
         "har-cost: \(grouped(Double(settings.requests))) requests per round, \(settings.rounds) alternating rounds, concurrency "
-            + "\(settings.concurrency), nginx (1 worker); HARRecorder with the default redaction"
+            + "\(settings.concurrency), \(nginx == nil ? "server at \(base.absoluteString)" : "nginx (1 worker)"); HARRecorder with the default redaction"
             + (settings.jsonFields.isEmpty ? "" : " and jsonFields \(settings.jsonFields.sorted().joined(separator: ","))")
             + ", maximumBodyBytes 1 MiB, maximumEntries \(settings.maximumEntries)")
     print("load average (1 min): \(loadAtStart) at the start, \(loadAtEnd) at the end")

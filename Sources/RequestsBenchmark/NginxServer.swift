@@ -46,7 +46,7 @@ final class NginxServer {
     /// `files` (name → size in bytes) are written first and served as static files at `/files/NAME`, with nginx's
     /// `ETag`, `Last-Modified` and ranges (what a resumable download needs).
     /// `jsonFiles` (name → size in bytes): JSON arrays of small objects, served as `application/json` at
-    /// `/json-files/NAME`.
+    /// `/json-files/NAME`. The main server also answers `POST /post` as the extra ones do.
     /// `postServers`: the `keepalive_requests` of each extra server block (see ``postBaseURLs``).
     init(executable: String, files: [String: Int] = [:], jsonFiles: [String: Int] = [:], postServers: [Int] = []) throws {
         let launched = try Self.launch(executable: executable, files: files, jsonFiles: jsonFiles, postServers: postServers)
@@ -164,6 +164,10 @@ final class NginxServer {
                 location /json-files/ {
                     root \(directory)/www;
                     default_type application/json;
+                }
+                location /post {
+                    default_type application/json;
+                    return 200 '\(postAnswer)';
                 }
             }
         \(postServers.map { postServer(port: $0.port, keepalive: $0.keepalive) }.joined(separator: "\n"))

@@ -77,6 +77,7 @@ struct Options {
                requests-bench wait-cpu [--requests 1,100] [--seconds 5] [--streams]
                requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64] [--max-entries 1000]
                               [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]
+                              [--url BASE | --serve]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE
@@ -150,7 +151,9 @@ struct Options {
                              redaction, plus --json-fields; maximumBodyBytes 1 MiB; maximumEntries --max-entries), --rounds
                              rounds alternating which goes first. Prints req/s, CPU per request, with ÷ without (goal ≥ 0.95)
                              and how long harData() takes for the entries kept. --no-op-monitor: a third queue with a monitor
-                             that does nothing. --side: run one queue only (for callgrind). Exits 1 if a request failed
+                             that does nothing. --side: run one queue only (for callgrind). --serve: only start that nginx,
+                             print its base URL and serve until standard input closes; --url BASE: use such a server
+                             instead of starting one (callgrind cannot start nginx). Exits 1 if a request failed
           --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """

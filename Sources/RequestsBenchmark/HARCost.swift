@@ -159,6 +159,8 @@ private struct HARCostResult {
     var entries = 0
     var harDataSeconds = Double.nan
     var harDataBytes = 0
+    /// This process's resident memory after the rounds, before `harData()`, with the recorder's entries kept.
+    var residentBytes = 0
 }
 
 /// Warms each side up, then runs `rounds` rounds of each, alternating which goes first.
@@ -186,6 +188,8 @@ private func measureHARCost(_ kind: HARCostCase, settings: HARCostSettings) -> H
                     + "\(grouped(figures.cpuMicrosecondsPerRequest)) µs CPU/request, failures \(figures.failures)")
         }
     }
+    ResourceUsage.trimHeap()
+    result.residentBytes = ResourceUsage.residentBytes() ?? 0
     if let recorder = sides.compactMap(\.recorder).first {
         result.entries = recorder.entryCount
         let start = ResourceUsage.now()
@@ -271,7 +275,7 @@ func runHARCostCommand(_ arguments: [String]) -> Never {
         if !result.harDataSeconds.isNaN {
             print(
                 "  harData() of the \(result.entries) entries kept: \(grouped(result.harDataSeconds * 1000, decimals: 1)) ms, "
-                    + "\(grouped(Double(result.harDataBytes) / 1024)) KiB")
+                    + "\(grouped(Double(result.harDataBytes) / 1024)) KiB; resident before it \(grouped(Double(result.residentBytes) / 1_048_576)) MiB")
         }
     }
     print("| Case | Without | With | With ÷ without |")

@@ -5,7 +5,7 @@ import FoundationNetworking
 import Foundation
 import Requests
 
-// `requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64] [--max-entries 1000]
+// `requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64|none] [--max-entries 1000]
 //                          [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]
 //                          [--url BASE | --serve]`:
 // issue 49's row "recording costs at most 5 % of throughput at C=16 for bodies up to 64 KiB". nginx (1 worker) serves
@@ -60,7 +60,9 @@ struct HARCostSettings {
             case "--sizes":
                 let text = flags.value(flag)
                 let values = text.split(separator: ",").compactMap { Int($0) }.filter { $0 >= 0 }
-                guard !values.isEmpty else { fail("har-cost: --sizes takes sizes in KiB such as 1,16,64, not \(text)", code: 2) }
+                guard !values.isEmpty || text == "none" else {
+                    fail("har-cost: --sizes takes sizes in KiB such as 1,16,64, or none, not \(text)", code: 2)
+                }
                 sizesKiB = values
             case "--side":
                 let text = flags.value(flag)

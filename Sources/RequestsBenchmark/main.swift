@@ -75,7 +75,7 @@ struct Options {
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
                requests-bench wait-cpu [--requests 1,100] [--seconds 5] [--streams]
-               requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64] [--max-entries 1000]
+               requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64|none] [--max-entries 1000]
                               [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]
                               [--url BASE | --serve]
 

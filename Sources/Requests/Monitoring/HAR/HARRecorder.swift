@@ -32,9 +32,9 @@ import Darwin
 ///
 /// Recording is cheap on the request path: the recorder keeps what the engine hands it (the request, the response and
 /// the first bytes of both bodies, which share the buffers the request already has) and builds the entries, with
-/// their redaction, text and Base64, only in ``harData()`` and ``write(to:)``. An exchange with a body longer than
-/// ``maximumBodyBytes`` is the exception: it becomes an entry at once, so that the recorder does not keep the whole
-/// body alive for its first bytes.
+/// their redaction, text and Base64, only in ``harData()`` and ``write(to:)``. An exchange with a body not kept whole
+/// (longer than ``maximumBodyBytes``, a multipart form, a stream) is the exception: it becomes an entry at once, so
+/// that the recorder does not keep the whole request body alive through the request that carries it.
 public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
     /// The default of ``maximumBodyBytes``: 1 MiB.
     public static let defaultMaximumBodyBytes = 1 << 20
@@ -138,18 +138,13 @@ extension HARFile {
 }
 
 extension HARRecorder: ExchangeRecording {
-    /// Keeps `exchange` as it is, to become an entry when the file is written; one with a body cut at the limit
-    /// becomes an entry now, as its bytes are a slice of the whole body (and so would keep all of it alive).
+    /// Keeps `exchange` as it is, to become an entry when the file is written. One with a body not kept whole becomes
+    /// an entry now: its request may carry the whole body (`httpBody`), which the entry does not keep.
     func requestDidExchange(_ exchange: RecordedExchange) {
-        if exchange.responseBody.isCut || exchange.requestBody?.isCut == true {
+        if exchange.responseBody.isTruncated || exchange.requestBody?.isTruncated == true {
             keep(.entry(HAREntry(exchange, redaction: redaction)))
         } else {
             keep(.exchange(exchange))
         }
     }
-}
-
-extension CapturedBody {
-    /// Some bytes are kept, but not all of them.
-    fileprivate var isCut: Bool { !bytes.isEmpty && bytes.count < size }
 }

@@ -43,10 +43,9 @@ struct CapturedBody: Sendable {
 
     var isTruncated: Bool { size < 0 || bytes.count < size }
 
-    /// The first `limit` bytes of `data`, copied into a buffer of their size: a recorder keeping them keeps neither
-    /// the rest of the body nor the room a body read in pieces has to grow.
+    /// The first `limit` bytes of `data`.
     init(_ data: Data, limit: Int) {
-        (bytes, size) = (data.prefix(limit).withUnsafeBytes { Data($0) }, data.count)
+        (bytes, size) = (data.count > limit ? data.prefix(limit) : data, data.count)
     }
 
     /// The first `limit` bytes of the file `url` (which it does not move or change).

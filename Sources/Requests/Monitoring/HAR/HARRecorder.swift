@@ -34,7 +34,7 @@ import Darwin
 /// the first bytes of both bodies, which share the buffers the request already has) and builds the entries, with
 /// their redaction, text and Base64, only in ``harData()`` and ``write(to:)``. An exchange with a body not kept whole
 /// (longer than ``maximumBodyBytes``, a multipart form, a stream) is the exception: it becomes an entry at once, so
-/// that the recorder does not keep the whole request body alive through the request that carries it.
+/// that the recorder does not keep the whole body alive for its first bytes.
 public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
     /// The default of ``maximumBodyBytes``: 1 MiB.
     public static let defaultMaximumBodyBytes = 1 << 20
@@ -139,7 +139,8 @@ extension HARFile {
 
 extension HARRecorder: ExchangeRecording {
     /// Keeps `exchange` as it is, to become an entry when the file is written. One with a body not kept whole becomes
-    /// an entry now: its request may carry the whole body (`httpBody`), which the entry does not keep.
+    /// an entry now: its first bytes are a slice of the whole body, and its request may carry the whole body
+    /// (`httpBody`); the entry keeps neither.
     func requestDidExchange(_ exchange: RecordedExchange) {
         if exchange.responseBody.isTruncated || exchange.requestBody?.isTruncated == true {
             keep(.entry(HAREntry(exchange, redaction: redaction)))

@@ -45,9 +45,11 @@ final class NginxServer {
     /// Starts nginx and waits until it accepts connections (a few tries, in case the chosen port is taken meanwhile).
     /// `files` (name → size in bytes) are written first and served as static files at `/files/NAME`, with nginx's
     /// `ETag`, `Last-Modified` and ranges (what a resumable download needs).
+    /// `jsonFiles` (name → size in bytes): JSON arrays of small objects, served as `application/json` at
+    /// `/json-files/NAME`. The main server also answers `POST /post` as the extra ones do.
     /// `postServers`: the `keepalive_requests` of each extra server block (see ``postBaseURLs``).
-    init(executable: String, files: [String: Int] = [:], postServers: [Int] = []) throws {
-        let launched = try Self.launch(executable: executable, files: files, postServers: postServers)
+    init(executable: String, files: [String: Int] = [:], jsonFiles: [String: Int] = [:], postServers: [Int] = []) throws {
+        let launched = try Self.launch(executable: executable, files: files, jsonFiles: jsonFiles, postServers: postServers)
         self.executable = executable
         self.port = launched.port
         self.baseURL = launched.url
@@ -57,7 +59,7 @@ final class NginxServer {
     }
 
     private static func launch(
-        executable: String, files: [String: Int], postServers: [Int]
+        executable: String, files: [String: Int], jsonFiles: [String: Int], postServers: [Int]
     ) throws -> (port: UInt16, url: URL, directory: URL, process: Process, postURLs: [URL]) {
         var lastError = Failure(description: "nginx did not start")
         for _ in 0..<3 {
@@ -72,6 +74,7 @@ final class NginxServer {
                 let postURLs = postPorts.compactMap { URL(string: "http://127.0.0.1:\($0)") }
                 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
                 try writeFiles(files, into: directory.appendingPathComponent("www/files"))
+                try writeJSONFiles(jsonFiles, into: directory.appendingPathComponent("www/json-files"))
                 try config(directory: directory.path, port: port, postServers: Array(zip(postPorts, postServers)))
                     .write(to: directory.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
                 let process = Process()
@@ -158,6 +161,14 @@ final class NginxServer {
                 location /files/ {
                     root \(directory)/www;
                 }
+                location /json-files/ {
+                    root \(directory)/www;
+                    default_type application/json;
+                }
+                location /post {
+                    default_type application/json;
+                    return 200 '\(postAnswer)';
+                }
             }
         \(postServers.map { postServer(port: $0.port, keepalive: $0.keepalive) }.joined(separator: "\n"))
         }
@@ -184,6 +195,30 @@ final class NginxServer {
                 left -= piece
             }
         }
+    }
+
+    /// Writes each file as a JSON array of small objects, `bytes` long (padded with spaces after the array).
+    private static func writeJSONFiles(_ files: [String: Int], into folder: URL) throws {
+        guard !files.isEmpty else { return }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for (name, size) in files {
+            try Data(jsonArray(bytes: size).utf8).write(to: folder.appendingPathComponent(name))
+        }
+    }
+
+    /// `[{"id":0,"name":"item 0","price":1.25,"tags":["a","b"]},…]`, as many objects as fit in `bytes`, then spaces
+    /// up to `bytes`.
+    static func jsonArray(bytes: Int) -> String {
+        var text = "["
+        var index = 0
+        while true {
+            let item = (index == 0 ? "" : ",") + #"{"id":\#(index),"name":"item \#(index)","price":\#(index % 100).25,"tags":["a","b"]}"#
+            guard text.utf8.count + item.utf8.count + 1 <= bytes else { break }
+            text += item
+            index += 1
+        }
+        text += "]"
+        return text + String(repeating: " ", count: max(0, bytes - text.utf8.count))
     }
 
     /// Asks the kernel for a free port on 127.0.0.1 (bind to port 0, read it, close).

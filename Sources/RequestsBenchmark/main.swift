@@ -75,6 +75,9 @@ struct Options {
                requests-bench post-keepalive [--requests 2000] [--rounds 5] [--concurrency 16,1] [--body-bytes 200]
                               [--no-embedded] [--idempotency-key]
                requests-bench wait-cpu [--requests 1,100] [--seconds 5] [--streams]
+               requests-bench har-cost [--requests 2000] [--rounds 7] [--concurrency 16] [--sizes 1,16,64|none] [--max-entries 1000]
+                              [--json-fields LIST] [--no-post] [--post-bytes 200] [--no-op-monitor] [--side without|with]
+                              [--url BASE | --serve]
 
           --smoke            tiny counts; exits 0 only if every section produced a number and no check was violated
           --write FILE       also write the results as Markdown to FILE
@@ -142,6 +145,15 @@ struct Options {
                              server in a child process; prints this process's CPU as a share of one core (goal ≤ 2 %).
                              REQUESTS_TRANSPORT=curl: on libcurl (Linux). --streams: idle streams instead (a byte,
                              then nothing), CPU and resident memory per stream (goal < 64 KiB)
+          har-cost           instead: issue 49's row. nginx (1 worker) serves JSON arrays of --sizes KiB and answers POST /post;
+                             --requests GETs of each size (then POSTs of a --post-bytes JSON) as DataRequests per round, on
+                             two queues --concurrency wide, one without monitors and one with a HARRecorder (default
+                             redaction, plus --json-fields; maximumBodyBytes 1 MiB; maximumEntries --max-entries), --rounds
+                             rounds alternating which goes first. Prints req/s, CPU per request, with ÷ without (goal ≥ 0.95)
+                             and how long harData() takes for the entries kept. --no-op-monitor: a third queue with a monitor
+                             that does nothing. --side: run one queue only (for callgrind). --serve: only start that nginx,
+                             print its base URL and serve until standard input closes; --url BASE: use such a server
+                             instead of starting one (callgrind cannot start nginx). Exits 1 if a request failed
           --profile-side S   for perf: only run throughput side S (library, floor, raw-completion or raw-thread) for
                              --rounds runs of --requests at the first --concurrency, print req/s and CPU, exit
         """
@@ -260,6 +272,7 @@ case "outbox-enqueue": runOutboxEnqueueCommand(Array(CommandLine.arguments.dropF
 case "outbox-drain": runOutboxDrainCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "post-keepalive": runPostKeepaliveCommand(Array(CommandLine.arguments.dropFirst(2)))
 case "wait-cpu": runWaitCPUCommand(Array(CommandLine.arguments.dropFirst(2)))
+case "har-cost": runHARCostCommand(Array(CommandLine.arguments.dropFirst(2)))
 default: break
 }
 

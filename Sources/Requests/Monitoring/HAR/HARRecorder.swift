@@ -31,6 +31,12 @@ import Darwin
 ///
 /// With ``maximumEntries`` set, only the newest entries are kept: an app can keep one attached and write its last
 /// exchanges for a bug report. Thread-safe.
+///
+/// Recording is cheap on the request path: the recorder keeps what the engine hands it (the request, the response and
+/// the first bytes of both bodies, which share the buffers the request already has) and builds the entries, with
+/// their redaction, text and Base64, only in ``harData()`` and ``write(to:)``. An exchange with a body not kept whole
+/// (longer than ``maximumBodyBytes``, a multipart form, a stream) is the exception: it becomes an entry at once, so
+/// that the recorder does not keep the whole body alive for its first bytes.
 public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
     /// The default of ``maximumBodyBytes``: 1 MiB.
     public static let defaultMaximumBodyBytes = 1 << 20
@@ -44,7 +50,16 @@ public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
     public let maximumEntries: Int?
 
     private let lock = NSLock()
-    private var entries: [HAREntry] = []
+    /// What is kept, oldest first from ``oldest``: with ``maximumEntries``, a ring of at most that many.
+    private var kept: [Kept] = []
+    /// With ``maximumEntries``, where the oldest of ``kept`` is once the ring is full (the next one to replace).
+    private var oldest = 0
+
+    /// An exchange as it was handed over, or its entry when that was built at once.
+    private enum Kept {
+        case exchange(RecordedExchange)
+        case entry(HAREntry)
+    }
 
     /// A recorder hiding what `redaction` names, keeping at most `maximumBodyBytes` of each body, and the newest
     /// `maximumEntries` entries when given.
@@ -56,23 +71,50 @@ public final class HARRecorder: RequestEventMonitor, @unchecked Sendable {
 
     /// How many entries are kept now.
     public var entryCount: Int {
-        lock.withLock { entries.count }
+        lock.withLock { kept.count }
     }
 
     /// Forgets every entry.
     public func removeAll() {
-        lock.withLock { entries.removeAll() }
+        lock.withLock {
+            kept.removeAll()
+            oldest = 0
+        }
     }
 
     /// The HAR file of the entries kept now, as JSON.
     public func harData() throws -> Data {
-        try HARFile(log: HARLog(entries: lock.withLock { entries })).data()
+        try HARFile(log: HARLog(entries: entries())).data()
     }
 
     /// Writes ``harData()`` to `url` atomically, readable by this user only (mode `0600`): into a new file beside it,
     /// then renamed over it.
     public func write(to url: URL) throws {
-        try HARFile(log: HARLog(entries: lock.withLock { entries })).write(to: url)
+        try HARFile(log: HARLog(entries: entries())).write(to: url)
+    }
+
+    /// The entries kept now, oldest first, built outside the lock.
+    private func entries() -> [HAREntry] {
+        let kept = lock.withLock { Array(self.kept[oldest...] + self.kept[..<oldest]) }
+        return kept.map { kept in
+            switch kept {
+            case let .exchange(exchange): HAREntry(exchange, redaction: redaction)
+            case let .entry(entry): entry
+            }
+        }
+    }
+
+    /// Keeps `item` as the newest, dropping the oldest beyond ``maximumEntries``.
+    private func keep(_ item: Kept) {
+        lock.withLock {
+            guard let maximumEntries else { return kept.append(item) }
+            if kept.count < maximumEntries {
+                kept.append(item)
+            } else if maximumEntries > 0 {
+                kept[oldest] = item
+                oldest = (oldest + 1) % maximumEntries
+            }
+        }
     }
 }
 
@@ -98,13 +140,14 @@ extension HARFile {
 }
 
 extension HARRecorder: ExchangeRecording {
+    /// Keeps `exchange` as it is, to become an entry when the file is written. One with a body not kept whole becomes
+    /// an entry now: its first bytes are a slice of the whole body, and its request may carry the whole body
+    /// (`httpBody`); the entry keeps neither.
     func requestDidExchange(_ exchange: RecordedExchange) {
-        let entry = HAREntry(exchange, redaction: redaction)
-        lock.withLock {
-            entries.append(entry)
-            if let maximumEntries, entries.count > maximumEntries {
-                entries.removeFirst(entries.count - maximumEntries)
-            }
+        if exchange.responseBody.isTruncated || exchange.requestBody?.isTruncated == true {
+            keep(.entry(HAREntry(exchange, redaction: redaction)))
+        } else {
+            keep(.exchange(exchange))
         }
     }
 }

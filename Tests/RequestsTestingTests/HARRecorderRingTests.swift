@@ -82,3 +82,17 @@ final class HARRecorderRingTests: XCTestCase {
         XCTAssertEqual(try urls(recorder).count, 16)
     }
 }
+
+extension HARRecorderRingTests {
+    func testTheTimestampIsWhatISO8601DateFormatterWrites() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        // 0.2 ms past a whole millisecond: a formatter that rounds and one that truncates write the same.
+        var seconds = [0, 951_782_400.5, 1_798_761_599.999, 4_102_444_800.123, -86_400.25, 1_709_164_800.001]
+        seconds += (0..<2000).map { _ in Double(Int64.random(in: -2_000_000_000_000...8_000_000_000_000)) / 1000 }
+        let dates = seconds.map { Date(timeIntervalSince1970: $0 + 0.0002) }
+        for date in dates {
+            XCTAssertEqual(HARTimestamp.string(date), formatter.string(from: date), "\(date.timeIntervalSince1970)")
+        }
+    }
+}

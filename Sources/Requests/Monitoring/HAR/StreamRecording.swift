@@ -7,7 +7,8 @@ import Foundation
 /// It lives in `StreamState`, guarded by the operation's lock, and is made for a connection only when a recording
 /// monitor is attached (`exchangeBodyLimit()`, asked once per connection): a stream without one pays a `nil` check per
 /// piece. Pieces are taken as they arrive from the transport, before the pump decodes them, so their times are the
-/// network's, not the consumer's.
+/// network's, not the consumer's; except for a piece the transport held back while the consumer caught up (libcurl, a
+/// replay), which counts from when it was taken.
 struct StreamRecording {
     /// The most bytes kept, over all pieces.
     let limit: Int

@@ -63,35 +63,45 @@ struct ReplayEntry: Sendable {
             // No response (a transport error, or a request a browser blocked): replayed as the error.
             response = .failure(entry.response.urlError)
         case 100...599:
-            // A body cut short when recorded no longer has the length its headers say; a response without a body (a
-            // `HEAD`'s, a `304`) keeps the length it announced.
-            let whole = content.size <= responseBody.count
-            let hasBody = ResponseBodyRule.hasBody(status: entry.response.status, method: entry.request.method)
-            response = Self.stubResponse(
-                status: entry.response.status, headers: entry.response.headers, body: hasBody ? responseBody : Data(),
-                rewritesLength: hasBody && whole)
-            if let chunks = content.chunks, hasBody {
-                response.pieces = try Self.pieces(of: chunks, index: index, pacing: pacing)
-            }
             // A response whose transfer broke: its body so far, then the error. Trusted when the library wrote it (a
             // `URLError`) or when the body is known to be short; a browser's `_error` beside a whole body (Chrome's
             // `net::ERR_ABORTED` for a page that moved on) is not a failure of the response.
+            let whole = content.size <= responseBody.count
             let error = (entry.response.error ?? "").trimmingCharacters(in: .whitespaces)
-            if !error.isEmpty, error.hasPrefix("URLError ") || !whole { response.errorAfterBody = entry.response.urlError }
+            let brokeOff = !error.isEmpty && (error.hasPrefix("URLError ") || !whole)
+            // A whole body gets its own length. One the transfer cut short, and a response without a body (a `HEAD`'s,
+            // a `304`), keep the length their headers announced; one the recording cut short has none.
+            let hasBody = ResponseBodyRule.hasBody(status: entry.response.status, method: entry.request.method)
+            let length: LengthRule = !hasBody || brokeOff ? .announced : whole ? .body : .none
+            response = Self.stubResponse(
+                status: entry.response.status, headers: entry.response.headers, body: hasBody ? responseBody : Data(), length: length)
+            if let chunks = content.chunks, hasBody {
+                response.pieces = try Self.pieces(of: chunks, index: index, pacing: pacing)
+            }
+            if brokeOff { response.errorAfterBody = entry.response.urlError }
         default:
             throw HARReplayError.unreadableFile(reason: "entry \(index): status \(entry.response.status) is not an HTTP status")
         }
     }
 
+    /// What a replayed response's `Content-Length` is: the body's length, the recorded value, or none.
+    enum LengthRule {
+        case body, announced, none
+    }
+
     /// A recorded answer as a stub: without the headers that would not describe the body as delivered (decoded, whole)
-    /// or that are not HTTP/1.1 fields (HTTP/2's `:status`), and with repeated headers joined. A recorded
-    /// `Content-Length` becomes the body's length when `rewritesLength` (a whole body), else is kept as recorded.
-    static func stubResponse(status: Int, headers: [HARHeader], body: Data, rewritesLength: Bool = true) -> StubResponse {
+    /// or that are not HTTP/1.1 fields (HTTP/2's `:status`), with repeated headers joined, and a recorded
+    /// `Content-Length` as `length` says.
+    static func stubResponse(status: Int, headers: [HARHeader], body: Data, length: LengthRule = .body) -> StubResponse {
         var joined: [String: String] = [:]
         for header in headers {
             let name = header.name.lowercased()
             if name == "content-length" {
-                joined["Content-Length"] = rewritesLength ? String(body.count) : header.value
+                switch length {
+                case .body: joined["Content-Length"] = String(body.count)
+                case .announced: joined["Content-Length"] = header.value
+                case .none: break
+                }
             }
             guard !droppedResponseHeaders.contains(name), !name.hasPrefix(":") else { continue }
             joined[header.name] = joined[header.name].map { "\($0), \(header.value)" } ?? header.value

@@ -347,6 +347,12 @@ public class NetworkRequestOperation<R: NetworkRequest>: RequestOperation<R.Succ
         true
     }
 
+    /// The bytes a transfer that broke kept on disk (a download's, to resume from), for a recording monitor: the file,
+    /// written from the start of the response's body; `nil` when none were kept.
+    func bytesKept(afterBreaking response: HTTPURLResponse) -> URL? {
+        nil
+    }
+
     /// What the transfer decides after an attempt that ended without a value (see `decide(after:attempt:response:duration:)`):
     /// by default, nothing; the policies decide.
     func transferVerdict(after failure: Error?) -> TransferVerdict<R.Success> {

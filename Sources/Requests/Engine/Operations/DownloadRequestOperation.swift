@@ -139,6 +139,11 @@ public final class DownloadRequestOperation<R: DownloadRequest>: DataRequestOper
         return true
     }
 
+    /// What this attempt left on disk to resume from, for a recording monitor (see `transferEnded`, which runs before).
+    override func bytesKept(afterBreaking response: HTTPURLResponse) -> URL? {
+        withLock { partial?.file }
+    }
+
     /// Bytes on disk that the server's range does not fit cannot be continued: they go, and the download starts again
     /// from zero (once; see ``ReattemptReason/rangeRestart``).
     override func transferVerdict(after failure: Error?) -> TransferVerdict<URL> {

@@ -153,10 +153,16 @@ extension NetworkRequestOperation {
         case nil where response == nil: responseBody = CapturedBody(Data(), limit: limit)
         case nil: responseBody = streamed ?? .omitted(size: -1, reason: "a stream's body is not recorded")
         }
-        if response != nil, let error, responseBody.bytes.isEmpty, responseBody.omission == nil {
-            // The body broke off (or a limit stopped it): the transfer kept none of it for the exchange.
-            let received = metrics.map { Int(clamping: $0.bytesReceived) } ?? -1
-            responseBody = .omitted(size: received, reason: "the body was not kept: the transfer failed (\(HARResponse.errorText(error)))")
+        if let response, let error, responseBody.bytes.isEmpty, responseBody.omission == nil {
+            if let kept = bytesKept(afterBreaking: response) {
+                // A download that broke: the bytes it kept on disk to resume from (a replay delivers them, then the error).
+                let contentRange = response.statusCode == 206 ? ContentRange(response.value(forHTTPHeaderField: "Content-Range")) : nil
+                responseBody = CapturedBody(file: kept, limit: limit, skipping: contentRange.map { Int(clamping: $0.first) } ?? 0)
+            } else {
+                // The body broke off (or a limit stopped it): the transfer kept none of it for the exchange.
+                let received = metrics.map { Int(clamping: $0.bytesReceived) } ?? -1
+                responseBody = .omitted(size: received, reason: "the body was not kept: the transfer failed (\(HARResponse.errorText(error)))")
+            }
         }
         var hopMetrics = metrics
         if offset > 0, var shifted = metrics {
